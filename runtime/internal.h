@@ -1,0 +1,397 @@
+/* mlajit internals shared by runtime/, cache/, tools/ and the tests (never installed).
+ * Internal non-static functions are named mla__*. */
+#ifndef MLAJIT_INTERNAL_H
+#define MLAJIT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+
+#include "mlajit/mlajit.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- errors (runtime/error.c) -------------------------------------------------------------- */
+
+/* Records the thread's last error message (printf style) and returns code. */
+mla_status mla__error(mla_status code, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+#define MLA_ERROR(code, ...) mla__error((code), __FILE__, __LINE__, __VA_ARGS__)
+/* Return code with a message when cond holds. */
+#define MLA_RETURN_ERROR_IF(cond, code, ...)                                                     \
+    do {                                                                                         \
+        if (cond) return mla__error((code), __FILE__, __LINE__, __VA_ARGS__);                    \
+    } while (0)
+/* Return the status of expr when it is not MLA_OK (its message is already recorded). */
+#define MLA_FORWARD_IF_ERROR(expr)                                                               \
+    do {                                                                                         \
+        mla_status mla_s_ = (expr);                                                              \
+        if (mla_s_ != MLA_OK) return mla_s_;                                                     \
+    } while (0)
+#define MLA_ARG_CHECK(cond, ...) MLA_RETURN_ERROR_IF(!(cond), MLA_ERR_INVALID_ARGUMENT, __VA_ARGS__)
+
+/* Appends text to the thread's last error message (e.g. an NVRTC log). */
+void mla__error_append(const char *text);
+
+/* ---- logging (runtime/log.c) -------------------------------------------------------------- */
+
+void mla__log(const mla_runtime *rt, mla_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- driver (runtime/driver.c) ------------------------------------------------------------ */
+
+/* The CUDA driver ABI the function table is resolved at (cuGetProcAddress cudaVersion). */
+#define MLA_DRIVER_ABI_VERSION 12000
+
+#define MLA_DRIVER_FUNCS(X)                                                                      \
+    X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString)                        \
+    X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetAttribute) X(cuDeviceGetName)                 \
+    X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxGetCurrent)                   \
+    X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuModuleLoadData) X(cuModuleUnload)                 \
+    X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuFuncGetAttribute) X(cuLaunchKernel)         \
+    X(cuLaunchKernelEx) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH)               \
+    X(cuMemsetD8) X(cuMemsetD8Async) X(cuMemsetD32Async) X(cuMemcpyHtoDAsync)                    \
+    X(cuMemcpyDtoHAsync) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)            \
+    X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch)        \
+    X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuEventCreate) X(cuEventDestroy)                  \
+    X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuPointerGetAttribute)
+
+typedef struct mla__driver {
+    void *handle; /* dlopen handle of libcuda.so.1 */
+#define MLA_DRIVER_FIELD_(name) __typeof__(&name) name;
+    MLA_DRIVER_FUNCS(MLA_DRIVER_FIELD_)
+#undef MLA_DRIVER_FIELD_
+} mla__driver;
+
+/* Loads libcuda.so.1 and resolves the table. MLA_ERR_NO_DEVICE with a message if absent. */
+mla_status mla__driver_load(mla__driver *drv);
+void mla__driver_unload(mla__driver *drv);
+/* Turns a CUresult into MLA_OK or MLA_ERR_CUDA with "what: CUDA_ERROR_X (text)". */
+mla_status mla__cu_check(const mla__driver *drv, CUresult r, const char *what, const char *file,
+                         int line);
+#define MLA_CU(rt, call)                                                                         \
+    MLA_FORWARD_IF_ERROR(mla__cu_check(&(rt)->drv, (rt)->drv.call, #call, __FILE__, __LINE__))
+
+/* ---- kernel specs (runtime/spec.c, one builder per family) -------------------------------- */
+
+#define MLA_SPEC_MAX_PARAMS 12
+#define MLA_NAME_MAX 64
+
+/* One integer parameter of a specialization, in the family's fixed order. */
+typedef struct mla__param {
+    char name[32];
+    long long value;
+} mla__param;
+
+/* A specialization: everything that selects one compiled kernel, except the arch. Plain values
+ * only, so it can be copied, compared with memcmp (after mla__spec_init) and used as a table key. */
+typedef struct mla__spec {
+    char kernel[MLA_NAME_MAX];   /* kernel kind, e.g. "dsv4_attention_plan" */
+    int n_params;
+    mla__param params[MLA_SPEC_MAX_PARAMS];
+} mla__spec;
+
+/* Launch needs of a compiled kernel, stored with the cubin. */
+typedef struct mla__launch_info {
+    char lowered_name[256];     /* the mangled entry point */
+    int threads;                /* threads per block */
+    int dynamic_smem;           /* bytes of dynamic shared memory */
+    int cluster;                /* cluster size along x (1: none) */
+} mla__launch_info;
+
+/* A kernel kind: where its source lives and how a spec becomes a compilation. */
+typedef struct mla__kernel_kind {
+    const char *name;        /* "dsv4_attention_plan" */
+    const char *source;      /* path relative to kernel_src/, e.g. "dsv4/plan.cu" */
+    const char *const *params; /* the spec's parameter names in their fixed order, NULL-ended */
+    /* Checks a spec's params and writes the name expression to compile (e.g.
+     * "mla::dsv4::plan_kernel<256>") and the launch needs (minus lowered_name). */
+    mla_status (*build)(const mla__spec *spec, char *name_expr, size_t name_expr_size,
+                        mla__launch_info *launch);
+} mla__kernel_kind;
+
+/* The table of kernel kinds (runtime/spec.c); NULL if name is unknown. */
+const mla__kernel_kind *mla__kernel_kind_find(const char *name);
+/* All kinds, for listing; *count set. */
+const mla__kernel_kind *mla__kernel_kinds(int *count);
+
+void mla__spec_init(mla__spec *spec, const char *kernel);
+/* Appends a parameter; MLA_ERR_INTERNAL when full. */
+mla_status mla__spec_add(mla__spec *spec, const char *name, long long value);
+/* Reads a spec from JSON {"kernel": "...", "<param>": int, ...}; params in the kind's order. */
+mla_status mla__spec_from_json(const void *cjson_object, mla__spec *spec);
+/* Writes "kernel(p1=v1,p2=v2)" for messages and listings. */
+void mla__spec_describe(const mla__spec *spec, char *out, size_t size);
+
+/* ---- kernel sources (runtime/sources.c + the generated embedded table) -------------------- */
+
+/* Returns the text of kernel_src/<path> (embedded, or read from kernel_dir when set); NULL with
+ * an error recorded if missing. The text is owned by the runtime (embedded: static). */
+const char *mla__source_get(const mla_runtime *rt, const char *path, size_t *len);
+/* Hash (hex, 32 chars + NUL) of a source and every kernel_src file it includes ("..." includes,
+ * resolved relative to kernel_src/ and to the including file), in a fixed order. */
+mla_status mla__source_hash(const mla_runtime *rt, const char *path, char out[33]);
+/* A source and the kernel_src files it includes (root first, then depth-first order). */
+#define MLA_SOURCE_SET_MAX 64
+typedef struct mla__source_set {
+    int count;
+    char paths[MLA_SOURCE_SET_MAX][128];
+    const char *texts[MLA_SOURCE_SET_MAX];
+    size_t sizes[MLA_SOURCE_SET_MAX];
+} mla__source_set;
+mla_status mla__source_closure(const mla_runtime *rt, const char *path, mla__source_set *set);
+/* Frees the sources read from kernel_dir. */
+void mla__sources_free(mla_runtime *rt);
+/* Embedded table, generated at build time. */
+typedef struct mla__embedded_file {
+    const char *path;
+    const char *data;
+    size_t size;
+} mla__embedded_file;
+extern const mla__embedded_file mla__embedded_files[];
+extern const size_t mla__embedded_file_count;
+
+/* ---- NVRTC (runtime/nvrtc.c) -------------------------------------------------------------- */
+
+/* The compile options of every kernel, without -I paths and -arch (they enter the key). */
+extern const char *const mla__nvrtc_options[];
+extern const int mla__nvrtc_option_count;
+
+/* Compiles kernel_src/<source> for arch with name_expr registered; returns a malloc'd cubin and
+ * the lowered name. A failed compile returns MLA_ERR_COMPILE with the NVRTC log in the message. */
+mla_status mla__nvrtc_compile(const mla_runtime *rt, const char *source, const char *name_expr,
+                              const char *arch, void **cubin, size_t *cubin_size,
+                              char *lowered, size_t lowered_size);
+/* NVRTC version as major * 1000 + minor * 10. */
+int mla__nvrtc_version(void);
+
+/* ---- cache (cache/) ------------------------------------------------------------------------ */
+
+#define MLA_CACHE_SCHEMA 1
+#define MLA_CACHE_MAGIC "MLAJITK1"
+
+/* What enters the key, in its fixed order. */
+typedef struct mla__key_inputs {
+    const char *library_version;  /* mla_version_string() */
+    const char *source;           /* kernel_src path */
+    const char *source_hash;      /* mla__source_hash */
+    int nvrtc_version;
+    const char *arch;
+    const char *const *options;   /* compile options, no absolute paths */
+    int n_options;
+    const char *name_expr;
+    const mla__spec *spec;
+} mla__key_inputs;
+
+/* Builds the canonical key JSON (malloc'd, compact, fixed field order). */
+char *mla__key_json(const mla__key_inputs *in);
+/* Hash of a key JSON: 32 lowercase hex chars + NUL. */
+void mla__key_hash(const char *key_json, char out[33]);
+
+/* One cache entry in memory. */
+typedef struct mla__entry {
+    char *key_json;            /* malloc'd */
+    mla__launch_info launch;
+    void *cubin;               /* malloc'd */
+    size_t cubin_size;
+} mla__entry;
+void mla__entry_free(mla__entry *e);
+
+/* File name of an entry: "<hash>.mlak" (the key's hash). */
+void mla__entry_path(const char *dir, const char *hash, char *out, size_t size);
+
+/* Serializes an entry into the file format (malloc'd *buf). */
+mla_status mla__entry_encode(const mla__entry *e, void **buf, size_t *size);
+/* Parses and checks a file image (magic, schema, lengths, checksum, JSON). MLA_ERR_CACHE with
+ * the reason if corrupt. */
+mla_status mla__entry_decode(const void *buf, size_t size, mla__entry *e);
+
+/* Reads dir/<hash>.mlak: MLA_OK (and *found = 1) if present, intact and its key equals key_json;
+ * *found = 0 if absent; MLA_ERR_CACHE if corrupt or a different key (the caller rebuilds). */
+mla_status mla__cache_read(const char *dir, const char *hash, const char *key_json,
+                           mla__entry *e, int *found);
+/* Publishes an entry atomically (unique temp file, fsync, rename, fsync of dir). */
+mla_status mla__cache_write(const char *dir, const char *hash, const mla__entry *e);
+/* Takes the exclusive cross-process build lock of one key (F_OFD_SETLKW on dir/<hash>.lock). */
+mla_status mla__cache_lock(const char *dir, const char *hash, int *fd);
+void mla__cache_unlock(int fd);
+/* Creates dir (and parents) and reports whether entries can be written there. */
+int mla__cache_dir_writable(const char *dir);
+
+/* Listing and pruning, for `mlajit cache list/verify/prune` (cache/store.c). */
+/* Called for each dir/<hash>.mlak in name order: entry is the decoded entry (intact, and its key
+ * hashes to the file's name) or NULL with error saying why the file is corrupt or unreadable.
+ * Both are owned by mla__cache_foreach and valid during the call only. Nonzero stops the walk. */
+typedef int (*mla__cache_visit)(const char *path, const char *hash, const mla__entry *entry,
+                                const char *error, void *user);
+/* Visits the entries of dir (an absent dir has none); MLA_ERR_IO if dir cannot be listed. */
+mla_status mla__cache_foreach(const char *dir, mla__cache_visit visit, void *user);
+/* Removes from dir: corrupt entries, temp files older than an hour, lock files whose entry is
+ * gone and which nobody holds, and every entry (remove_all) or the entries last modified more than
+ * older_than seconds ago (older_than >= 0; negative: no age limit). *removed counts the files. */
+mla_status mla__cache_prune(const char *dir, int remove_all, long long older_than, int *removed);
+
+/* ---- JIT and the loaded-kernel table (runtime/jit.c) -------------------------------------- */
+
+/* A kernel ready to launch. */
+typedef struct mla__kernel {
+    mla__spec spec;
+    CUmodule module;
+    CUfunction function;
+    mla__launch_info launch;
+} mla__kernel;
+
+/* How an entry was obtained, for tools and tests. */
+typedef enum mla__origin {
+    MLA_ORIGIN_MEMORY = 0,   /* already loaded in this runtime */
+    MLA_ORIGIN_DISK = 1,     /* read from the disk cache */
+    MLA_ORIGIN_COMPILED = 2, /* compiled now */
+} mla__origin;
+
+/* Returns the loaded kernel of spec for the runtime's arch: lookup, else disk, else compile
+ * (serialized across processes), then load. Thread safe. */
+mla_status mla__get_kernel(mla_runtime *rt, const mla__spec *spec, const mla__kernel **out);
+/* Same, reporting the origin (NULL allowed). */
+mla_status mla__get_kernel_ex(mla_runtime *rt, const mla__spec *spec, const mla__kernel **out,
+                              mla__origin *origin);
+/* Compiles spec for arch into the disk cache (or finds it there) without loading it: the
+ * precompile path, needs no device. Writes the key hash to hash_out if not NULL. */
+mla_status mla__precompile(mla_runtime *rt, const mla__spec *spec, const char *arch,
+                           mla__origin *origin, char hash_out[33]);
+/* Builds key JSON and hash for spec on arch (also fills the entry's launch info and name expr). */
+mla_status mla__spec_key(const mla_runtime *rt, const mla__spec *spec, const char *arch,
+                         char **key_json, char hash[33], char *name_expr, size_t name_expr_size,
+                         mla__launch_info *launch);
+
+/* ---- the runtime handle (runtime/runtime.c) ----------------------------------------------- */
+
+#define MLA_PATH_MAX 4096
+
+typedef struct mla__table_slot {
+    mla__spec spec;
+    mla__kernel *kernel;
+} mla__table_slot;
+
+struct mla_runtime {
+    mla_options options;           /* strings below, not the caller's */
+    int log_to_stderr;             /* $MLAJIT_LOG set and no callback */
+    char cache_dir[MLA_PATH_MAX];  /* "" : no disk cache */
+    int cache_writable;
+    char kernel_dir[MLA_PATH_MAX]; /* "" : embedded sources */
+    char arch[16];
+    char cuda_home[MLA_PATH_MAX];  /* folder with include/cuda.h */
+    char include_opts[2][MLA_PATH_MAX + 32]; /* -I<cuda>/include, -I<cuda>/include/cccl */
+    mla__driver drv;
+    int has_device;
+    int driver_version;
+    CUdevice device;
+    CUcontext context;             /* the device's primary context */
+    int sm_count;
+    int cc;                        /* major * 10 + minor */
+    char device_name[256];
+    char no_device_reason[512];    /* why has_device is 0 */
+    pthread_mutex_t lock;          /* guards the table */
+    pthread_mutex_t sources_lock;  /* guards sources */
+    mla__table_slot *table;        /* open addressing, capacity a power of two */
+    size_t table_cap, table_len;
+    struct mla__loaded_source *sources; /* kernel_dir files read so far */
+};
+
+/* Unloads and frees every loaded kernel (runtime/jit.c). */
+void mla__table_free(mla_runtime *rt);
+/* Makes the runtime's context current on this thread; MLA_ERR_NO_DEVICE without a device. */
+mla_status mla__runtime_enter(mla_runtime *rt);
+
+/* Launches a kernel: grid x/y/z, the kernel's own block size and dynamic smem. */
+mla_status mla__launch(mla_runtime *rt, const mla__kernel *k, unsigned gx, unsigned gy,
+                       unsigned gz, CUstream stream, void **args);
+
+/* ---- tensor checks (runtime/tensor.c) ----------------------------------------------------- */
+
+/* Expected dtype classes. */
+typedef enum mla__dtype {
+    MLA_DT_INT32,
+    MLA_DT_UINT8,
+    MLA_DT_FP8_E4M3,   /* DLPack float8_e4m3fn or uint8 */
+    MLA_DT_BF16,
+    MLA_DT_FP32,
+    MLA_DT_BF16_OR_FP16,
+} mla__dtype;
+
+/* Checks: not NULL, on the runtime's CUDA device (rt may be NULL: any CUDA device), dtype, ndim.
+ * name is the argument's name used in messages. */
+mla_status mla__check_tensor(const mla_runtime *rt, const DLTensor *t, const char *name,
+                             mla__dtype dtype, int ndim);
+/* Checks dimension d equals want ("kv_indices: expected shape[0] == 7 (T), got 5"). */
+mla_status mla__check_dim(const DLTensor *t, const char *name, int d, int64_t want,
+                          const char *what);
+/* Number of elements. */
+int64_t mla__numel(const DLTensor *t);
+/* Element stride of dimension d (strides may be NULL: compact row-major). */
+int64_t mla__stride(const DLTensor *t, int d);
+/* Checks the tensor is compact row-major. */
+mla_status mla__check_contiguous(const DLTensor *t, const char *name);
+/* Device address of element 0. */
+static inline CUdeviceptr mla__data(const DLTensor *t) {
+    return (CUdeviceptr)((const char *)t->data + t->byte_offset);
+}
+/* Checks the data address is a multiple of align bytes. */
+mla_status mla__check_align(const DLTensor *t, const char *name, unsigned align);
+/* Text of a dtype for messages ("int32", "bfloat16", ...). */
+const char *mla__dtype_name(DLDataType dt, char *buf, size_t size);
+
+/* ---- DSV4 workspace (runtime/dsv4_workspace.c) -------------------------------------------- */
+
+/* Layer kinds: each has a barrier bank and a plan slot in the workspace. */
+enum { MLA__DSV4_SWA = 0, MLA__DSV4_HCA = 1 };
+
+#define MLA__DSV4_ALIGN 256                                   /* every region */
+#define MLA__DSV4_BANK_BYTES (MLA_DSV4_BARRIER_BYTES / 2)     /* one barrier bank per kind */
+#define MLA__DSV4_PLAN_SLOT_BYTES 65536                       /* runs first, then the work list */
+#define MLA__DSV4_PLAN_RUNS_BYTES (MLA_DSV4_MAX_TOKENS * 4 * 4) /* [640, 4] int32 */
+/* End of the fixed part: barrier prefix, SWA plan slot, HCA plan slot. */
+#define MLA__DSV4_PLAN_END (MLA_DSV4_BARRIER_BYTES + 2 * MLA__DSV4_PLAN_SLOT_BYTES)
+#define MLA__DSV4_SPLITS 4          /* KV splits per token of the split-KV partials */
+#define MLA__DSV4_SPLIT_TOKENS 64   /* tokens whose KV may be split */
+
+/* Byte offsets of the workspace regions for max_tokens T and hidden size H (G wo_a groups). */
+typedef struct mla__dsv4_ws_layout {
+    int max_tokens;
+    long long H, G;
+    size_t bank[2];           /* barrier banks [kind] (MLA__DSV4_BANK_BYTES each) */
+    size_t plan[2];           /* plan slots [kind]: [640, 4] int32 runs, then the work list */
+    size_t x_q, x_sf;         /* x fp8 [T, H], group-32 ue8m0 scales [T, H / 32] */
+    size_t qr;                /* q_lora after RMSNorm, bf16 [T, 1024] */
+    size_t qr_q, qr_sf;       /* qr fp8 [T, 1024], scales [T, 32] */
+    size_t part_o, part_lse;  /* split partials fp32 [min(T,64), 4, 64, 512], lse [.., 4, 64] */
+    size_t act_q, act_sf;     /* O after combine + inverse RoPE, fp8 [T, 32768], [T, 1024] */
+    size_t o_lora;            /* wo_a output bf16 [T, 2H] */
+    size_t o_lora_q, o_lora_sf; /* o_lora fp8 [T, 2H], scales [T, 2H / 32] */
+    size_t total;             /* bytes of the whole workspace */
+} mla__dsv4_ws_layout;
+
+/* Fills *out for T = max_tokens tokens (arguments already checked). */
+void mla__dsv4_layout(int max_tokens, long long H, long long G, mla__dsv4_ws_layout *out);
+/* Byte offset of the barrier bank / plan slot of a kind (MLA__DSV4_SWA or MLA__DSV4_HCA). */
+size_t mla__dsv4_bank_offset(int kind);
+size_t mla__dsv4_plan_offset(int kind);
+/* Checks a workspace tensor: on rt's device, 1-D uint8, contiguous, 256-byte aligned, at least
+ * min_bytes long. */
+mla_status mla__dsv4_check_workspace(const mla_runtime *rt, const DLTensor *ws, size_t min_bytes);
+
+/* ---- DSV4 kernels (runtime/dsv4.c) -------------------------------------------------------- */
+
+/* Threads per block of the plan kernel (one thread per token). */
+#define MLA__DSV4_PLAN_THREADS 128
+/* Kind builder of "dsv4_attention_plan" (no params): "mla::dsv4::plan_kernel<128>". */
+mla_status mla__dsv4_plan_build(const mla__spec *spec, char *name_expr, size_t size,
+                                mla__launch_info *launch);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MLAJIT_INTERNAL_H */
