@@ -236,7 +236,19 @@ mla_status mla__get_kernel(mla_runtime *rt, const mla__spec *spec, const mla__ke
 
 mla_status mla__launch(mla_runtime *rt, const mla__kernel *k, unsigned gx, unsigned gy,
                        unsigned gz, CUstream stream, void **args) {
-    MLA_CU(rt, cuLaunchKernel(k->function, gx, gy, gz, (unsigned)k->launch.threads, 1, 1,
-                              (unsigned)k->launch.dynamic_smem, stream, args, NULL));
+    if (k->launch.cluster <= 1) {
+        MLA_CU(rt, cuLaunchKernel(k->function, gx, gy, gz, (unsigned)k->launch.threads, 1, 1,
+                                  (unsigned)k->launch.dynamic_smem, stream, args, NULL));
+        return MLA_OK;
+    }
+    CUlaunchAttribute attr = {.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION};
+    attr.value.clusterDim.x = (unsigned)k->launch.cluster;
+    attr.value.clusterDim.y = attr.value.clusterDim.z = 1;
+    CUlaunchConfig cfg = {
+        .gridDimX = gx, .gridDimY = gy, .gridDimZ = gz, .blockDimX = (unsigned)k->launch.threads,
+        .blockDimY = 1, .blockDimZ = 1, .sharedMemBytes = (unsigned)k->launch.dynamic_smem,
+        .hStream = stream, .attrs = &attr, .numAttrs = 1,
+    };
+    MLA_CU(rt, cuLaunchKernelEx(&cfg, k->function, args, NULL));
     return MLA_OK;
 }

@@ -322,3 +322,101 @@ Test(jit_runtime, status_strings) {
     cr_expect_str_eq(mla_status_string((mla_status)-1000), "unknown status", "unknown code");
     cr_expect_str_eq(mla_version_string(), "0.1.0", "version");
 }
+
+/* Runs in a child: creates a device runtime on cache and loads the plan kernel. Reports 'N' (no
+ * device), 'F' (failure) or '0' + origin. */
+static char child_load(const char *cache) {
+    mla_options o;
+    mla_options_init(&o);
+    o.cache_dir = cache;
+    mla_runtime *rt = NULL;
+    if (mla_runtime_create(&o, &rt) != MLA_OK) return 'F';
+    mla_runtime_info info;
+    mla_runtime_get_info(rt, &info);
+    char r = 'N';
+    if (info.has_device) {
+        mla__spec spec;
+        plan_spec(&spec);
+        const mla__kernel *k = NULL;
+        mla__origin origin;
+        mla_status s = mla__get_kernel_ex(rt, &spec, &k, &origin);
+        r = s == MLA_OK && k && k->function ? (char)('0' + origin) : 'F';
+        if (r == 'F') fprintf(stderr, "child load: %s\n", mla_last_error());
+    }
+    mla_runtime_destroy(rt);
+    return r;
+}
+
+/* GPU: 8 processes load one kernel at once: one compiles, the others load its entry. */
+Test(jit_gpu, eight_processes_load_one_kernel) {
+    char cache[256];
+    temp_dir(cache, sizeof cache);
+    int go[2], results[2];
+    cr_assert_eq(pipe(go), 0, "pipe");
+    cr_assert_eq(pipe(results), 0, "pipe");
+    for (int i = 0; i < 8; i++) {
+        pid_t pid = fork();
+        cr_assert_geq(pid, 0, "fork");
+        if (pid == 0) {
+            close(go[1]);
+            char c;
+            if (read(go[0], &c, 1) != 0) _exit(3);
+            char r = child_load(cache);
+            _exit(write(results[1], &r, 1) == 1 ? 0 : 4);
+        }
+    }
+    close(go[0]);
+    close(go[1]);
+    close(results[1]);
+    int count[256] = {0}, n = 0;
+    char r;
+    while (read(results[0], &r, 1) == 1) count[(unsigned char)r]++, n++;
+    while (wait(NULL) > 0) {}
+    if (count['N'] == 8) cr_skip_test("no CUDA device");
+    cr_expect_eq(n, 8, "8 results");
+    cr_expect_eq(count['F'], 0, "no process may fail to load");
+    cr_expect_eq(count['0' + MLA_ORIGIN_COMPILED], 1, "exactly one process compiles");
+    cr_expect_eq(count['0' + MLA_ORIGIN_DISK], 7, "seven processes load from disk");
+}
+
+/* GPU: an entry whose checksum is right but whose cubin does not load is rebuilt and replaced. */
+Test(jit_gpu, unloadable_entry_rebuilt) {
+    char cache[256];
+    temp_dir(cache, sizeof cache);
+    mla_options o;
+    mla_options_init(&o);
+    o.cache_dir = cache;
+    o.log = count_warnings;
+    mla_runtime *rt = NULL;
+    cr_assert_eq(mla_runtime_create(&o, &rt), MLA_OK, "%s", mla_last_error());
+    mla_runtime_info info;
+    mla_runtime_get_info(rt, &info);
+    if (!info.has_device) {
+        mla_runtime_destroy(rt);
+        cr_skip_test("no CUDA device");
+    }
+    mla__spec spec;
+    plan_spec(&spec);
+    mla__entry e = {0};
+    char hash[33], name[256];
+    cr_assert_eq(mla__spec_key(rt, &spec, info.arch, &e.key_json, hash, name, sizeof name,
+                               &e.launch), MLA_OK, "%s", mla_last_error());
+    snprintf(e.launch.lowered_name, sizeof e.launch.lowered_name, "not_a_kernel");
+    char junk[256];
+    memset(junk, 0x42, sizeof junk);
+    e.cubin = junk;
+    e.cubin_size = sizeof junk;
+    cr_assert_eq(mla__cache_write(cache, hash, &e), MLA_OK, "%s", mla_last_error());
+    free(e.key_json);
+    warnings = 0;
+    const mla__kernel *k = NULL;
+    mla__origin origin;
+    cr_assert_eq(mla__get_kernel_ex(rt, &spec, &k, &origin), MLA_OK, "%s", mla_last_error());
+    cr_expect_eq(origin, MLA_ORIGIN_COMPILED, "an unloadable entry must be rebuilt");
+    cr_expect_geq(warnings, 1, "rebuilding an unloadable entry must warn");
+    mla_runtime_destroy(rt);
+    cr_assert_eq(mla_runtime_create(&o, &rt), MLA_OK, "%s", mla_last_error());
+    cr_assert_eq(mla__get_kernel_ex(rt, &spec, &k, &origin), MLA_OK, "%s", mla_last_error());
+    cr_expect_eq(origin, MLA_ORIGIN_DISK, "the rebuilt entry replaced the bad one");
+    mla_runtime_destroy(rt);
+}
