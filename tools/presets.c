@@ -1,0 +1,47 @@
+/* Built-in precompile presets: named spec lists (see docs/CLI.md). A preset lists every
+ * specialization a deployment calls, so `mlajit precompile --preset NAME` leaves nothing to
+ * compile at serving time. Each spec is one line: a JSON object in the --spec file format. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools/cli.h"
+
+/* DeepSeek-V4-Flash serving: H=4096, kv_cache page sizes 128 and 256, draft_tokens 0..3, SWA and
+ * HCA layers. It holds the kernels that exist today and grows as kernels land. */
+static const char *const dsv4_flash[] = {
+    "{\"kernel\": \"dsv4_attention_plan\"}",
+    NULL,
+};
+
+static const cli_preset presets[] = {
+    {"dsv4-flash", "DeepSeek-V4-Flash (H=4096, pages 128/256, draft_tokens 0..3, SWA+HCA)",
+     dsv4_flash},
+};
+
+const cli_preset *cli_presets(int *count) {
+    *count = (int)(sizeof presets / sizeof presets[0]);
+    return presets;
+}
+
+const cli_preset *cli_preset_find(const char *name) {
+    int n;
+    const cli_preset *p = cli_presets(&n);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(p[i].name, name)) return &p[i];
+    return NULL;
+}
+
+char *cli_preset_json(const cli_preset *preset) {
+    size_t size = 8;
+    for (const char *const *s = preset->specs; *s; s++) size += strlen(*s) + 8;
+    char *out = malloc(size);
+    if (!out) return NULL;
+    strcpy(out, "[\n");
+    for (const char *const *s = preset->specs; *s; s++) {
+        strcat(out, "  ");
+        strcat(out, *s);
+        strcat(out, s[1] ? ",\n" : "\n");
+    }
+    strcat(out, "]\n");
+    return out;
+}
