@@ -23,7 +23,7 @@ mla_status mla__spec_key(const mla_runtime *rt, const mla__spec *spec, const cha
         .name_expr = name_expr, .spec = spec,
     };
     *key_json = mla__key_json(&in);
-    MLA_RETURN_ERROR_IF(!*key_json, MLA_ERR_OUT_OF_MEMORY, "cache key: out of memory");
+    if (!*key_json) return MLA_ERR_INTERNAL; /* mla__key_json recorded why */
     mla__key_hash(*key_json, hash);
     return MLA_OK;
 }
