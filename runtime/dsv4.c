@@ -97,7 +97,8 @@ static mla_status launch_plan(mla_runtime *rt, plan_args *a, CUstream stream) {
     void *args[] = {&a->kv_indices, &a->row_stride,  &a->topk_lengths, &a->T,
                     &a->topk,       &a->page_shift,  &a->step,         &a->plan_out,
                     &a->barrier_bank, &a->barrier_words};
-    unsigned grid = (unsigned)((a->T + k->launch.threads - 1) / k->launch.threads);
+    const int tokens_per_block = k->launch.threads / 32; /* one warp per token */
+    unsigned grid = (unsigned)((a->T + tokens_per_block - 1) / tokens_per_block);
     return mla__launch(rt, k, grid, 1, 1, stream, args);
 }
 

@@ -1,7 +1,9 @@
 // DeepSeek-V4 attention plan: each token's SWA window compressed into at most two KV runs.
 //
 // Template parameter (the spec "dsv4_attention_plan" fixes it):
-//   kThreads  threads per block; one thread per token, grid = ceil(T / kThreads).
+//   kThreads  threads per block; one warp per token, kThreads / 32 tokens per block,
+//             grid = ceil(T / (kThreads / 32)). The warp reads the window 32 slots at a time
+//             (coalesced) and finds run starts with a ballot.
 //
 // Math (spec/dsv4.md §3.2, A7, §5), for token t with L = clamp(topk_lengths ? topk_lengths[t]
 // : topk, 0, topk) and idx = kv_indices[t, 0..L):
@@ -25,41 +27,9 @@
 namespace mla {
 namespace dsv4 {
 
-struct plan_runs {
-    int first0, len0;  // run 0: first slot in window order, length
-    int first1, len1;  // run 1
-    int count;         // runs found, 3 meaning "more than two"
-};
-
 // True when slot s continues the run that ended at prev.
 __device__ __forceinline__ bool run_continues(int prev, int s, int step, int page_shift) {
     return (long long)s == (long long)prev + step && (s >> page_shift) == (prev >> page_shift);
-}
-
-// Scans idx[0..L) (L >= 1) into at most two runs; stops early at the third.
-__device__ __forceinline__ plan_runs scan_runs(const int *idx, int L, int step, int page_shift) {
-    plan_runs r;
-    r.first0 = idx[0];
-    r.len0 = 1;
-    r.first1 = 0;
-    r.len1 = 0;
-    r.count = 1;
-    int prev = r.first0;
-    for (int g = 1; g < L; ++g) {
-        int s = idx[g];
-        if (run_continues(prev, s, step, page_shift)) {
-            if (r.count == 1) ++r.len0; else ++r.len1;
-        } else if (r.count == 1) {
-            r.count = 2;
-            r.first1 = s;
-            r.len1 = 1;
-        } else {
-            r.count = 3;
-            break;
-        }
-        prev = s;
-    }
-    return r;
 }
 
 // Lowest slot of a run given its first slot in window order (A7).
@@ -67,15 +37,45 @@ __device__ __forceinline__ int run_low(int first, int len, int step) {
     return step == 1 ? first : (int)((unsigned)first - (unsigned)(len - 1));
 }
 
+// Where run 1 starts in a window: the second run start (row 0 is the first), or L if the window
+// is one run, or -1 if it has more than two runs. All lanes of the warp return the same value;
+// *first1 gets the slot at that row.
+__device__ __forceinline__ int find_run_break(const int *idx, int L, int step, int page_shift,
+                                              int *first1) {
+    const unsigned lane = threadIdx.x & 31u;
+    int carry = 0, brk1 = L, starts = 0;
+    for (int base = 0; base < L; base += 32) {
+        const int g = base + (int)lane;
+        const bool valid = g < L;
+        const int s = valid ? idx[g] : 0;
+        int prev = __shfl_up_sync(0xffffffffu, s, 1);
+        if (lane == 0) prev = carry;
+        const bool start = valid && (g == 0 || !run_continues(prev, s, step, page_shift));
+        unsigned mask = __ballot_sync(0xffffffffu, start);
+        if (base == 0) mask &= ~1u;                            // row 0 starts run 0
+        if (mask != 0u && starts == 0) {
+            const int src = __ffs(mask) - 1;
+            brk1 = base + src;
+            *first1 = __shfl_sync(0xffffffffu, s, src);
+            mask &= mask - 1u;
+            starts = 1;
+        }
+        if (mask != 0u) return -1;                             // a third run
+        carry = __shfl_sync(0xffffffffu, s, 31);
+    }
+    return brk1;
+}
+
 __device__ __forceinline__ int4 plan_row(const int *idx, int L, int step, int page_shift) {
-    int idx0 = idx[0];
+    const int idx0 = idx[0];
     if (L == 0) return make_int4(idx0, 0, idx0, 0);
-    plan_runs r = scan_runs(idx, L, step, page_shift);
-    if (r.count > 2) return make_int4(idx0, 1, idx0, 1);
-    int slot0 = run_low(r.first0, r.len0, step);
-    int slot1 = r.count == 2 ? run_low(r.first1, r.len1, step)
-                             : (int)((unsigned)slot0 + (unsigned)r.len0);
-    return make_int4(slot0, r.len0, slot1, L);
+    int first1 = 0;
+    const int brk = find_run_break(idx, L, step, page_shift, &first1);
+    if (brk < 0) return make_int4(idx0, 1, idx0, 1);
+    const int slot0 = run_low(idx0, brk, step);
+    const int slot1 = brk < L ? run_low(first1, L - brk, step)
+                              : (int)((unsigned)slot0 + (unsigned)brk);
+    return make_int4(slot0, brk, slot1, L);
 }
 
 __device__ __forceinline__ void zero_barrier_bank(unsigned *bank, int words) {
@@ -87,12 +87,14 @@ __global__ void __launch_bounds__(kThreads)
 plan_kernel(const int *kv_indices, long long row_stride, const int *topk_lengths, int T,
             int topk, int page_shift, int step, int4 *plan_out, unsigned *barrier_bank,
             int barrier_words) {
+    static_assert(kThreads % 32 == 0, "whole warps");
     if (blockIdx.x == 0) zero_barrier_bank(barrier_bank, barrier_words);
-    int t = blockIdx.x * kThreads + threadIdx.x;
-    if (t >= T) return;
+    const int t = blockIdx.x * (kThreads / 32) + (int)(threadIdx.x / 32);
+    if (t >= T) return;                                        // whole warps leave together
     int L = topk_lengths != nullptr ? topk_lengths[t] : topk;
     L = L < 0 ? 0 : (L > topk ? topk : L);
-    plan_out[t] = plan_row(kv_indices + t * row_stride, L, step, page_shift);
+    const int4 row = plan_row(kv_indices + t * row_stride, L, step, page_shift);
+    if ((threadIdx.x & 31u) == 0) plan_out[t] = row;
 }
 
 }  // namespace dsv4
