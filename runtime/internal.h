@@ -382,9 +382,23 @@ size_t mla__dsv4_plan_offset(int kind);
  * min_bytes long. */
 mla_status mla__dsv4_check_workspace(const mla_runtime *rt, const DLTensor *ws, size_t min_bytes);
 
+/* ---- DSV4 split-KV contract (between mla_attention and mla_output_proj) ------------------ */
+
+/* A launch of T <= MLA__DSV4_SPLIT_TOKENS tokens splits every token's row set (SWA window, then
+ * the compressed rows on HCA layers, in that order) into MLA__DSV4_SPLITS contiguous parts of
+ * ceil(n / MLA__DSV4_SPLITS) rows; a longer launch splits nothing. A split token's q_or_x row is
+ * left as q; part s of token t, head h writes
+ *   part_o  [t][s][h][512] float32: softmax(part's scores) @ V, normalized within the part
+ *                                    (0 for an empty part)
+ *   part_lse[t][s][h]      float32: natural-log LSE of the part's scaled scores, no sink
+ *                                    (-inf for an empty part)
+ * and mla_output_proj combines them (spec §2.4) and applies the sink. Unsplit tokens' O
+ * (normalized with the sink) is written to q_or_x as bf16. */
+static inline int mla__dsv4_split(int T) { return T <= MLA__DSV4_SPLIT_TOKENS; }
+
 /* ---- DSV4 kernels (runtime/dsv4.c) -------------------------------------------------------- */
 
-/* Threads per block of the plan kernel (one thread per token). */
+/* Threads per block of the plan kernel (one warp per token). */
 #define MLA__DSV4_PLAN_THREADS 128
 /* Kind builder of "dsv4_attention_plan" (no params): "mla::dsv4::plan_kernel<128>". */
 mla_status mla__dsv4_plan_build(const mla__spec *spec, char *name_expr, size_t size,

@@ -4,12 +4,20 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "runtime/dsv4_kinds.h"
 #include "runtime/internal.h"
 
 static const char *const no_params[] = {NULL};
+static const char *const dsv4_attention_params[] = {"H", "page_size", "draft_tokens", "hca", NULL};
+static const char *const dsv4_output_proj_params[] = {"H", "G", NULL};
 
 static const mla__kernel_kind kinds[] = {
     {"dsv4_attention_plan", "dsv4/plan.cu", no_params, mla__dsv4_plan_build},
+    {"dsv4_attention", "dsv4/attention.cu", dsv4_attention_params, mla__dsv4_attention_build},
+    {"dsv4_output_proj_a", "dsv4/output_proj.cu", dsv4_output_proj_params,
+     mla__dsv4_output_proj_a_build},
+    {"dsv4_output_proj_b", "dsv4/output_proj.cu", dsv4_output_proj_params,
+     mla__dsv4_output_proj_b_build},
 };
 
 const mla__kernel_kind *mla__kernel_kinds(int *count) {

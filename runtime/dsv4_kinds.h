@@ -1,0 +1,23 @@
+/* Kind builders of the DSV4 kernels, referenced by the kernel-kind table in runtime/spec.c. Each
+ * writes the name expression to compile and the launch needs of a spec (see mla__kernel_kind). */
+#ifndef MLAJIT_DSV4_KINDS_H
+#define MLAJIT_DSV4_KINDS_H
+
+#include <stddef.h>
+
+#include "mlajit/mlajit.h"
+
+struct mla__spec;
+struct mla__launch_info;
+
+/* "dsv4_attention": params H, page_size, draft_tokens, hca (runtime/dsv4_attention.c). */
+mla_status mla__dsv4_attention_build(const struct mla__spec *spec, char *name_expr, size_t size,
+                                     struct mla__launch_info *launch);
+/* "dsv4_output_proj_a" (combine, inverse RoPE, quant, grouped wo_a) and "dsv4_output_proj_b"
+ * (quant, wo_b): params H, G (runtime/dsv4_output_proj.c). */
+mla_status mla__dsv4_output_proj_a_build(const struct mla__spec *spec, char *name_expr, size_t size,
+                                         struct mla__launch_info *launch);
+mla_status mla__dsv4_output_proj_b_build(const struct mla__spec *spec, char *name_expr, size_t size,
+                                         struct mla__launch_info *launch);
+
+#endif
