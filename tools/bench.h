@@ -1,0 +1,62 @@
+/* mlajit bench: what the case files share with the driver in bench.c. A case appends one or more
+ * result rows to the context; all driver calls go through the runtime's table (rt->drv). */
+#ifndef MLAJIT_TOOLS_BENCH_H
+#define MLAJIT_TOOLS_BENCH_H
+
+#include "tools/cli.h"
+
+/* Measured ceilings of the H200 (docs/PERF.md): fractions are printed on H200-class devices. */
+#define CEIL_COPY_GBPS 4280.0
+#define CEIL_BF16_TFLOPS 672.0
+#define CEIL_FP8_TFLOPS 1250.0
+
+#define MAX_ROWS 64
+
+typedef enum precision { PREC_NONE = 0, PREC_BF16, PREC_FP8 } precision;
+
+/* One line of the table. Negative gbps / tflops: not meaningful. */
+typedef struct bench_row {
+    char name[32];
+    double us;
+    double gbps, tflops;
+    precision prec;
+    char note[160];
+} bench_row;
+
+typedef struct bench_ctx {
+    mla_runtime *rt;            /* device runtime, default cache */
+    mla_runtime_info info;
+    int iters;                  /* 0: each case's default */
+    int h200;                   /* print fractions of the ceilings */
+    bench_row rows[MAX_ROWS];
+    int n_rows;
+} bench_ctx;
+
+typedef struct bench_case {
+    const char *name;
+    const char *what;
+    int (*run)(bench_ctx *ctx); /* CLI_OK or CLI_FAIL (message printed) */
+} bench_case;
+
+/* Appends a row (the last row is reused when the table is full). */
+bench_row *bench_add_row(bench_ctx *ctx, const char *name, double us);
+/* Prints "<case>: <what>: <last error>"; returns CLI_FAIL. */
+int bench_case_fail(const char *name, const char *what);
+
+/* Prints a failed driver call's message and jumps to done. */
+#define BENCH_CU(rt, call)                                                                       \
+    do {                                                                                         \
+        if (mla__cu_check(&(rt)->drv, (rt)->drv.call, #call, __FILE__, __LINE__) != MLA_OK) {   \
+            cli_fail("bench", "%s", mla_last_error());                                           \
+            goto done;                                                                           \
+        }                                                                                        \
+    } while (0)
+
+
+/* The DSV4 plan cases (bench_plan.c). */
+int bench_plan_compile(bench_ctx *ctx);
+int bench_plan_load(bench_ctx *ctx);
+int bench_plan_call(bench_ctx *ctx);
+int bench_plan_gpu(bench_ctx *ctx);
+
+#endif /* MLAJIT_TOOLS_BENCH_H */
