@@ -9,10 +9,11 @@ trap 'rm -rf "$work"' EXIT
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
 cmake -S "$src/tests/install" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
 cmake --build "$work/consumer" >/dev/null
-export LD_LIBRARY_PATH="$work/prefix/lib:${LD_LIBRARY_PATH:-}"
+libdir=$(dirname "$(find "$work/prefix" -name 'libmlajit.so' | head -1)")
+export LD_LIBRARY_PATH="$libdir:${LD_LIBRARY_PATH:-}"
 "$work/consumer/consumer_shared"
 "$work/consumer/consumer_static"
-export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"
+export PKG_CONFIG_PATH="$libdir/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 cc -o "$work/consumer_pc" "$src/tests/install/consumer.c" $(pkg-config --cflags --libs mlajit)
 "$work/consumer_pc"
 echo "install test: 3 consumers built and ran"
