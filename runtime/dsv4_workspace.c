@@ -52,6 +52,9 @@ void mla__dsv4_layout(int max_tokens, long long H, long long G, mla__dsv4_ws_lay
     out->qr = take(&c, t * DSV4_QL * 2);
     out->qr_q = take(&c, t * DSV4_QL);
     out->qr_sf = take(&c, ts * DSV4_QL / 32);
+    out->qa = take(&c, t * DSV4_QL * 2);
+    out->kv = take(&c, t * DSV4_KVL * 2);
+    out->kv_gate = take(&c, t * 2 * DSV4_KVL * 4);
     out->part_o = take(&c, tp * MLA__DSV4_SPLITS * DSV4_HEADS * DSV4_HEAD_DIM * 4);
     out->part_lse = take(&c, tp * MLA__DSV4_SPLITS * DSV4_HEADS * 4);
     out->act_q = take(&c, t * DSV4_O_COLS);

@@ -1,0 +1,278 @@
+// A block-scaled GEMM building block, portable (mma.sync, ldmatrix, cp.async; sm_80 and up, so
+// sm_90a and sm_100a alike): one CTA computes one output tile
+//
+//   C[m0 + r, n0 + c] = sum_k A[m0 + r, k] * Wd[n0 + c, w_k0 + k]       (fp32 accumulation)
+//   for r < BM, c < BN, k < k_len,
+//
+// A     either bf16 (AKind::kBf16): element (m, k) at a[m * lda + k],
+//       or fp8 e4m3 with group-32 ue8m0 scales (AKind::kFp8): byte (m, k) at a[m * lda + k], the
+//       scale of A(m, 32j .. 32j + 31) at a_sf[m * lda_sf + j] (row-major [M, K / 32]);
+//       rows m0 + r with r >= m_valid are never read and count as zero;
+// Wd    fp8 e4m3 W (byte (n, k) at w[n * ldw + k]) times its ue8m0 scales in SfAtom order over
+//       the whole W (w_kb = W's K / 32 blocks per row; see common/fp8.cuh), all BN rows valid.
+//
+// Method (PTX wrappers: common/ptx_mma.cuh): a kStages-deep cp.async pipeline brings raw K-steps
+// of BK = 128 (one SfAtom K-atom: four scales per row, one 32-bit word) into shared memory; each
+// K-step's fp8 tiles are dequantized to bf16 tiles in shared memory (exact: e4m3 x ue8m0 values
+// are bf16 values), then every warp runs ldmatrix + mma.sync.m16n8k16 bf16 over its
+// kWarpM x kWarpN sub-tile. bf16 A is copied into the
+// stage already in the tile layout and multiplied from there. bf16 tiles are [rows][128] with
+// 16-byte chunk c of row r stored at chunk c ^ (r % 8) (conflict-free ldmatrix).
+//
+// Use (inside any kernel whose block has exactly Cfg::kThreads threads, e.g. a persistent loop
+// over tiles): every thread calls mma_tile<Cfg>(ops, m0, n0, m_valid, smem, acc) with the same
+// arguments and Cfg::kSmemBytes bytes of 128-byte aligned shared memory; it returns with acc
+// holding the tile (see Accum for which thread holds which element), every cp.async drained and
+// the block synchronized, so smem may be reused at once. Requirements: k_len % 128 == 0,
+// w_k0 % 128 == 0, lda (bytes for fp8, elements * 2 for bf16) and ldw multiples of 16, lda_sf a
+// multiple of 4, 16-byte aligned a and w, 4-byte aligned a_sf and w_sf.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "common/fp8.cuh"
+#include "common/ptx_mma.cuh"
+
+namespace mla {
+namespace gemm {
+
+// mov.u32 %dynamic_smem_size: bytes of dynamic shared memory this launch gave the CTA.
+__device__ __forceinline__ unsigned int dynamic_smem_bytes() {
+    unsigned int n;
+    asm volatile("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(n));
+    return n;
+}
+
+enum class AKind { kBf16, kFp8 };
+
+// Tile shape, warp grid and pipeline depth. Cfg::kSmemBytes is the shared memory mma_tile needs.
+template <int kBM_, int kBN_, int kWarpsM_, int kWarpsN_, int kStages_, AKind kA_>
+struct Config {
+    static constexpr int kBM = kBM_, kBN = kBN_, kWarpsM = kWarpsM_, kWarpsN = kWarpsN_;
+    static constexpr int kStages = kStages_;
+    static constexpr AKind kA = kA_;
+    static constexpr int kBK = 128;                      // one SfAtom K-atom
+    static constexpr int kThreads = kWarpsM * kWarpsN * 32;
+    static constexpr int kWarpM = kBM / kWarpsM, kWarpN = kBN / kWarpsN;
+    static constexpr int kMT = kWarpM / 16, kNT = kWarpN / 8;  // mma tiles per warp
+    static_assert(kBM % (16 * kWarpsM) == 0, "warp rows: a multiple of 16");
+    static_assert(kBN % (16 * kWarpsN) == 0, "warp columns: a multiple of 16 (ldmatrix.x4 pairs)");
+    static_assert(kStages >= 2, "at least double buffering");
+    // One pipeline stage: raw A (bf16 in tile layout, or fp8 bytes), A scales, W bytes, W scales.
+    static constexpr int kARawBytes = kA == AKind::kFp8 ? kBM * kBK : kBM * kBK * 2;
+    static constexpr int kASfBytes = kA == AKind::kFp8 ? kBM * 4 : 0;
+    static constexpr int kWRawBytes = kBN * kBK;
+    static constexpr int kWSfBytes = kBN * 4;
+    static constexpr int kStageBytes = kARawBytes + kASfBytes + kWRawBytes + kWSfBytes;
+    static_assert(kStageBytes % 128 == 0, "stages stay 128-byte aligned");
+    // The bf16 tiles the MMAs read (bf16 A reads its stage directly).
+    static constexpr int kATileBytes = kA == AKind::kFp8 ? kBM * kBK * 2 : 0;
+    static constexpr int kWTileBytes = kBN * kBK * 2;
+    static constexpr int kSmemBytes = kStages * kStageBytes + kATileBytes + kWTileBytes;
+};
+
+// Where the operands are; see the top of the file.
+struct Operands {
+    const void *a;
+    const unsigned char *a_sf;   // kFp8 only
+    long long lda, lda_sf;       // A row stride in elements, scale row stride in bytes
+    const unsigned char *w;
+    const unsigned char *w_sf;   // SfAtom over the whole W
+    long long ldw;               // W row stride in bytes
+    int w_kb;                    // W's K / 32 (the SfAtom's blocks per row)
+    int w_k0;                    // first W column of the tile's K range
+    int k_len;                   // K of the tile, a multiple of 128
+};
+
+// The fp32 accumulators of one thread. Element c[mt][nt][i] is C at tile row
+// row(mt, i / 2) and tile column col(nt, i % 2): m16n8 fragment layout, rows lane / 4 (+8),
+// columns 2 * (lane % 4) (+1) of the warp's sub-tile.
+template <class Cfg>
+struct Accum {
+    float c[Cfg::kMT][Cfg::kNT][4];
+
+    __device__ __forceinline__ static int warp_row0() {
+        return (int)(threadIdx.x / 32) / Cfg::kWarpsN * Cfg::kWarpM;
+    }
+    __device__ __forceinline__ static int warp_col0() {
+        return (int)(threadIdx.x / 32) % Cfg::kWarpsN * Cfg::kWarpN;
+    }
+    // Tile row of c[mt][*][2 * half + *].
+    __device__ __forceinline__ static int row(int mt, int half) {
+        return warp_row0() + mt * 16 + (int)(threadIdx.x % 32) / 4 + 8 * half;
+    }
+    // Tile column of c[*][nt][2 * * + j].
+    __device__ __forceinline__ static int col(int nt, int j) {
+        return warp_col0() + nt * 8 + 2 * (int)(threadIdx.x % 4) + j;
+    }
+    __device__ __forceinline__ void zero() {
+#pragma unroll
+        for (int mt = 0; mt < Cfg::kMT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < Cfg::kNT; ++nt)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) c[mt][nt][i] = 0.f;
+    }
+};
+
+// ---- shared memory map ------------------------------------------------------------------------
+
+// Byte offset of 16-byte chunk c (0..15) of row r in a [rows][128] bf16 tile.
+__device__ __forceinline__ int tile_offset(int r, int c) { return (r * 16 + (c ^ (r & 7))) * 16; }
+
+template <class Cfg>
+struct Smem {
+    unsigned char *base;
+    __device__ __forceinline__ unsigned char *stage(int s) const {
+        return base + s * Cfg::kStageBytes;
+    }
+    __device__ __forceinline__ unsigned char *a_raw(int s) const { return stage(s); }
+    __device__ __forceinline__ unsigned int *a_sf(int s) const {
+        return reinterpret_cast<unsigned int *>(stage(s) + Cfg::kARawBytes);
+    }
+    __device__ __forceinline__ unsigned char *w_raw(int s) const {
+        return stage(s) + Cfg::kARawBytes + Cfg::kASfBytes;
+    }
+    __device__ __forceinline__ unsigned int *w_sf(int s) const {
+        return reinterpret_cast<unsigned int *>(stage(s) + Cfg::kARawBytes + Cfg::kASfBytes +
+                                                Cfg::kWRawBytes);
+    }
+    // The bf16 A tile the MMAs read: stage s itself for bf16 A.
+    __device__ __forceinline__ unsigned char *a_tile(int s) const {
+        if constexpr (Cfg::kA == AKind::kFp8) return base + Cfg::kStages * Cfg::kStageBytes;
+        return stage(s);
+    }
+    __device__ __forceinline__ unsigned char *w_tile() const {
+        return base + Cfg::kStages * Cfg::kStageBytes + Cfg::kATileBytes;
+    }
+};
+
+// ---- one K-step: load, dequantize, multiply ---------------------------------------------------
+
+// Issues the cp.async copies of K-step ks into stage s (not committed).
+template <class Cfg>
+__device__ __forceinline__ void load_stage(const Operands &op, const Smem<Cfg> &sm, int s, int ks,
+                                           int m0, int n0, int m_valid) {
+    const int k = ks * Cfg::kBK;
+    const int tid = (int)threadIdx.x;
+    if constexpr (Cfg::kA == AKind::kFp8) {
+        const unsigned char *a = static_cast<const unsigned char *>(op.a);
+        for (int i = tid; i < Cfg::kBM * 8; i += Cfg::kThreads) {
+            const int r = i / 8, c = i % 8;
+            const bool ok = r < m_valid;
+            mla::cp_async_16(sm.a_raw(s) + r * 128 + c * 16,
+                             a + (m0 + (ok ? r : 0)) * op.lda + k + c * 16, ok);
+        }
+        for (int r = tid; r < Cfg::kBM; r += Cfg::kThreads) {
+            const bool ok = r < m_valid;
+            mla::cp_async_4(sm.a_sf(s) + r, op.a_sf + (m0 + (ok ? r : 0)) * op.lda_sf + k / 32, ok);
+        }
+    } else {
+        const __nv_bfloat16 *a = static_cast<const __nv_bfloat16 *>(op.a);
+        for (int i = tid; i < Cfg::kBM * 16; i += Cfg::kThreads) {
+            const int r = i / 16, c = i % 16;
+            const bool ok = r < m_valid;
+            mla::cp_async_16(sm.a_raw(s) + tile_offset(r, c),
+                             a + (m0 + (ok ? r : 0)) * op.lda + k + c * 8, ok);
+        }
+    }
+    const long long wk = op.w_k0 + k;
+    for (int i = tid; i < Cfg::kBN * 8; i += Cfg::kThreads) {
+        const int r = i / 8, c = i % 8;
+        mla::cp_async_16(sm.w_raw(s) + r * 128 + c * 16,
+                         op.w + (n0 + r) * op.ldw + wk + c * 16, true);
+    }
+    for (int r = tid; r < Cfg::kBN; r += Cfg::kThreads)
+        mla::cp_async_4(sm.w_sf(s) + r,
+                        op.w_sf + fp8::sfatom_offset(n0 + r, wk / 32, op.w_kb), true);
+}
+
+// Dequantizes a raw fp8 [rows][128] tile with one 32-bit word of four ue8m0 scales per row
+// (byte j for columns 32j..32j+31) into a bf16 tile.
+template <int kRows, int kThreads>
+__device__ __forceinline__ void dequant_tile(const unsigned char *raw, const unsigned int *sf,
+                                             unsigned char *tile) {
+    for (int i = (int)threadIdx.x; i < kRows * 8; i += kThreads) {
+        const int r = i / 8, c = i % 8;                   // 16 bytes: columns 16c..16c+15
+        const uint4 q = *reinterpret_cast<const uint4 *>(raw + r * 128 + c * 16);
+        const float scale = fp8::ue8m0_decode((sf[r] >> (8 * (c / 2))) & 0xffu);
+        const unsigned int words[4] = {q.x, q.y, q.z, q.w};
+        unsigned int out[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const unsigned short two = (unsigned short)(words[j / 2] >> (16 * (j % 2)));
+            const float2 f = fp8::unpack_e4m3x2(two);
+            __nv_bfloat162 b = __floats2bfloat162_rn(f.x * scale, f.y * scale);
+            out[j] = *reinterpret_cast<unsigned int *>(&b);
+        }
+        *reinterpret_cast<uint4 *>(tile + tile_offset(r, 2 * c)) =
+            make_uint4(out[0], out[1], out[2], out[3]);
+        *reinterpret_cast<uint4 *>(tile + tile_offset(r, 2 * c + 1)) =
+            make_uint4(out[4], out[5], out[6], out[7]);
+    }
+}
+
+// The warp's MMAs over one 128-wide K-step of the bf16 tiles.
+template <class Cfg>
+__device__ __forceinline__ void mma_step(const unsigned char *a_tile, const unsigned char *w_tile,
+                                         Accum<Cfg> &acc) {
+    const int lane = (int)(threadIdx.x % 32);
+    const int wr = Accum<Cfg>::warp_row0(), wc = Accum<Cfg>::warp_col0();
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kBK / 16; ++kk) {
+        unsigned int a[Cfg::kMT][4], b[Cfg::kNT][2];
+#pragma unroll
+        for (int mt = 0; mt < Cfg::kMT; ++mt)
+            mla::ldmatrix_x4(a[mt], a_tile + tile_offset(wr + mt * 16 + (lane & 15),
+                                                         2 * kk + (lane >> 4)));
+#pragma unroll
+        for (int np = 0; np < Cfg::kNT / 2; ++np) {
+            unsigned int r[4];
+            const int n = wc + np * 16 + (lane & 7) + ((lane >> 4) << 3);
+            mla::ldmatrix_x4(r, w_tile + tile_offset(n, 2 * kk + ((lane >> 3) & 1)));
+            b[2 * np][0] = r[0], b[2 * np][1] = r[1];
+            b[2 * np + 1][0] = r[2], b[2 * np + 1][1] = r[3];
+        }
+#pragma unroll
+        for (int mt = 0; mt < Cfg::kMT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < Cfg::kNT; ++nt)
+                mla::mma_bf16_16816(acc.c[mt][nt], a[mt], b[nt][0], b[nt][1]);
+    }
+}
+
+// ---- the tile ---------------------------------------------------------------------------------
+
+// Computes one BM x BN tile into acc (see the top of the file). All kThreads threads call it.
+template <class Cfg>
+__device__ __forceinline__ void mma_tile(const Operands &op, int m0, int n0, int m_valid,
+                                         unsigned char *smem, Accum<Cfg> &acc) {
+    const Smem<Cfg> sm{smem};
+    const int ksteps = op.k_len / Cfg::kBK;
+    // Warps whose rows all lie past m_valid skip the MMAs (their rows are zero anyway).
+    const bool warp_has_rows = Accum<Cfg>::warp_row0() < m_valid;
+    acc.zero();
+#pragma unroll
+    for (int s = 0; s < Cfg::kStages - 1; ++s) {
+        if (s < ksteps) load_stage<Cfg>(op, sm, s, s, m0, n0, m_valid);
+        mla::cp_async_commit();
+    }
+    for (int ks = 0; ks < ksteps; ++ks) {
+        const int s = ks % Cfg::kStages;
+        mla::cp_async_wait<Cfg::kStages - 2>();   // K-step ks has landed (this thread's part)
+        __syncthreads();                          // ... everyone's, and the last MMAs are done
+        const int next = ks + Cfg::kStages - 1;   // refill the stage consumed at ks - 1
+        if (next < ksteps) load_stage<Cfg>(op, sm, next % Cfg::kStages, next, m0, n0, m_valid);
+        mla::cp_async_commit();
+        if constexpr (Cfg::kA == AKind::kFp8)
+            dequant_tile<Cfg::kBM, Cfg::kThreads>(sm.a_raw(s), sm.a_sf(s), sm.a_tile(s));
+        dequant_tile<Cfg::kBN, Cfg::kThreads>(sm.w_raw(s), sm.w_sf(s), sm.w_tile());
+        __syncthreads();
+        if (warp_has_rows) mma_step<Cfg>(sm.a_tile(s), sm.w_tile(), acc);
+    }
+    mla::cp_async_wait<0>();
+    __syncthreads();
+}
+
+}  // namespace gemm
+}  // namespace mla

@@ -1,0 +1,670 @@
+// DeepSeek-V4 MLA decode/verify layer up to the sparse attention: one persistent, cooperatively
+// launched kernel (grid = number of SMs, 256 threads, all CTAs co-resident), four phases separated
+// by grid barriers. The math is spec/dsv4.md §2.2-§2.4 with activation quantization on (A1).
+//
+// Template parameters (the spec "dsv4_attention" fixes them):
+//   kH           hidden size (a multiple of 128; K of the wq_a / wkv / kv_gate GEMMs)
+//   kPage        rows per kv_cache page (a power of two)
+//   kDraft       tokens per request in verify (0: unknown); a request's tokens are the aligned
+//                groups of kDraft consecutive tokens, else any token may share its request
+//   kHca         1 on HCA layers (kv_gate GEMM, c128 compressor, compressed rows), 0 on SWA
+//
+// Constants: QL 1024 (q_lora), KVL 512, 64 heads x 512 dims (448 NoPE + 64 RoPE), ring 128.
+//
+// Phase 1 (tiles of 64 tokens x 64 outputs, GEMM of common/mx_gemm.cuh):
+//   qa[t]      = bf16(mxq(x[t]) @ Wd_qa^T)          [T, 1024] bf16  (workspace qa)
+//   kv[t]      = bf16(mxq(x[t]) @ Wd_kv^T)          [T, 512]  bf16  (workspace kv)
+//   HCA: g[t]  = x[t] @ wkv_gate^T (fp32)           [T, 1024] fp32  (workspace kv_gate)
+// --- barrier 0
+// Phase 2 (a warp per token row; a CTA per firing token):
+//   qr[t]      = mxq(bf16(rmsnorm(qa[t], q_norm_weight, q_eps)))      [T, 1024] bf16 (workspace qr)
+//   kv_cache row swa_loc[t] (skipped if < 0) = fp8 row of
+//                bf16(rope(bf16(rmsnorm(kv[t], kv_norm_weight, kv_eps))[448:], freqs_real[p]))
+//   HCA, tokens with p % 128 == 127 and c128_out_loc[t] >= 0: the compressor over ring rows
+//                base + j (base = kv_gate_ring_row[t] - 127, position p - 127 + j), each taken
+//                from g[u] when token u of this launch (same request: same ring base) has that
+//                position, else from kv_score_ring (older launches): A5's sequential semantics.
+//                pooled = bf16(sum_j softmax_j(score + c128_ape[j]) * kv) per channel, then
+//                RMSNorm (c128_norm_weight, kv_eps), RoPE at c128_freqs_real[p - 127], fp8 row
+//                into c128_pool at c128_out_loc[t].
+// --- barrier 1
+// Phase 3: q[t] = bf16(qr[t] @ Wd_qb^T) into q_or_x [T, 32768]; HCA: kv_score_ring row
+//          kv_gate_ring_row[t] = g[t] (of two tokens on one row, the later position wins).
+// --- barrier 2 (all KV / c128 writes and all q are visible: A6)
+// Phase 4: work items (token t, head group of 16, split s) per the split-KV contract of
+//          runtime/internal.h: Q = bf16(rope(rmsnorm(q_h, eps q_eps)[448:], freqs_real[p]));
+//          rows g < rows: SWA slots of the plan (slot0 + g if g < len0, else slot1 + g - len0),
+//          rows..rows + c128_attn_len[t]: c128 row j at c128_page_table[t, j / B] * B + j % B;
+//          scores = sm_scale * Q K^T over fp8-dequantized rows (K == V), one softmax with the sink;
+//          unsplit tokens: O (normalized with the sink) -> q_or_x[t] bf16; split tokens: part_o,
+//          part_lse (no sink). The last CTA to leave zeroes the barrier bank if reset_barriers.
+//
+// Buffers (all device pointers; the kernel never reads through the non-coherent path what it
+// writes itself):
+//   q_or_x     bf16 [T, 32768] contiguous: q staging, then O of unsplit tokens.
+//   x          bf16 row t at x + t * x_stride, H columns, 16-byte aligned rows.
+//   kv_cache   page P at kv_cache + P * kv_page_bytes: kPage rows x 576 B (448 e4m3 | 64 bf16),
+//              then kPage 8-byte scale slots (7 ue8m0 bytes of the 64-wide NoPE tiles, pad 0).
+//   c128_pool  the same layout with 2^c128_page_shift rows and c128_page_bytes per page.
+//   wq_a / wkv / wq_b  e4m3 [N, K] with SfAtom ue8m0 scales (§3.3); wkv_gate bf16 [1024, H].
+//   kv_score_ring fp32 [R, 1024] ([kv | score], raw); c128_ape fp32 [128, 512].
+//   freqs_real / c128_freqs_real fp32 [max_pos, 64] interleaved (cos, sin).
+//   plan       int4 [T] (slot0, len0, slot1, rows) of this kind (mla_attention_plan).
+//   bank       the kind's barrier bank: words 0..2 the phase barriers, word 3 the exit count.
+//   part_o     fp32 [T, 4, 64, 512], part_lse fp32 [T, 4, 64] (split launches, T <= 64).
+#include <cuda_bf16.h>
+
+#include "common/bf16.cuh"
+#include "common/grid_barrier.cuh"
+#include "common/mx_gemm.cuh"
+#include "common/mxfp8_attn.cuh"
+#include "common/ptx_mma.cuh"
+#include "common/rope.cuh"
+#include "common/softmax.cuh"
+
+namespace mla {
+namespace dsv4 {
+
+constexpr int kThreads = 256, kWarps = kThreads / 32;
+constexpr int kQL = 1024, kKVL = 512, kHeads = 64, kHeadDim = 512, kNope = 448;
+constexpr int kQCols = kHeads * kHeadDim;
+constexpr int kRowBytes = 576, kSlotBytes = 8;  // one KV row, one scale slot
+constexpr int kSplits = 4;                      // MLA__DSV4_SPLITS
+constexpr int kBarriers = 3, kExitWord = kBarriers;  // bank words: barriers, exit count
+constexpr int kSmemBudget = 172032;             // DSV4_ATTN_SMEM of runtime/dsv4_attention.c
+
+__host__ __device__ constexpr int ilog2(int v) { return v <= 1 ? 0 : 1 + ilog2(v / 2); }
+
+// The kernel's argument, field for field runtime/dsv4_attention.c's attention_params.
+struct Params {
+    __nv_bfloat16 *q_or_x;
+    const __nv_bfloat16 *x;
+    long long x_stride;
+    unsigned char *kv_cache;
+    long long kv_page_bytes;
+    const int *positions;
+    const float *freqs;
+    const unsigned char *wq_a, *wq_a_sf;
+    const __nv_bfloat16 *q_norm_w;
+    const unsigned char *wq_b, *wq_b_sf;
+    const unsigned char *wkv, *wkv_sf;
+    const __nv_bfloat16 *kv_norm_w;
+    const int *swa_loc;
+    const float *attn_sink;
+    const int4 *plan;
+    unsigned *bank;
+    __nv_bfloat16 *qa, *kv, *qr;
+    float *kv_gate, *part_o, *part_lse;
+    const __nv_bfloat16 *wkv_gate;
+    float *ring;
+    const int *ring_row;
+    const float *ape;
+    const __nv_bfloat16 *c128_norm_w;
+    const float *c128_freqs;
+    const int *c128_out_loc;
+    unsigned char *c128_pool;
+    long long c128_page_bytes;
+    const int *c128_page_table;
+    long long c128_pt_stride;
+    const int *c128_attn_len;
+    int T, split, reset_barriers, c128_page_shift;
+    float sm_scale, q_eps, kv_eps;
+    int params_bytes;
+};
+
+// ---- row helpers (a warp holds one 512-wide row, 16 values per lane: dims 16 lane ..) ------
+
+// In place: v = bf16(rmsnorm(v) * gain); then the RoPE lanes (28..31, dims 448..511) get
+// v = bf16(rope(v, f_row)).
+__device__ __forceinline__ void norm_gain_rope_row(float v[16], const __nv_bfloat16 *gain,
+                                                   float eps, const float *f_row, int lane) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) ss += v[i] * v[i];
+    ss = group_sum<32>(ss);
+    const float r = 1.0f / sqrtf(ss / kKVL + eps);
+    float w[16];
+    load_bf16<16>(gain + lane * 16, w);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) v[i] = round_bf16(v[i] * r * w[i]);
+    if (lane >= kNope / 16) {
+        rope_apply<16>(v, f_row, (lane - kNope / 16) * 16);
+#pragma unroll
+        for (int i = 0; i < 16; ++i) v[i] = round_bf16(v[i]);
+    }
+}
+
+// Writes a warp's row (bf16 values) as the fp8 KV row of slot (§3.1): lanes 0..27 quantize 16
+// NoPE values each (4 lanes per 64-wide tile share its ue8m0 scale), lanes 28..31 store 16 bf16
+// RoPE values each, lane 0 writes the 8-byte scale slot (pad byte 0, A8).
+__device__ __forceinline__ void write_kv_row(unsigned char *cache, long long page_bytes,
+                                             int block_shift, int slot, const float v[16],
+                                             int lane) {
+    unsigned char *base = cache + (long long)(slot >> block_shift) * page_bytes;
+    const int row = slot & ((1 << block_shift) - 1);
+    unsigned char *data = base + row * kRowBytes;
+    unsigned char *scales = base + ((long long)kRowBytes << block_shift) + row * kSlotBytes;
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) amax = fmaxf(amax, fabsf(v[i]));
+    amax = group_max<4>(amax);
+    const int e = ue8m0_exponent(amax);
+    if (lane < kNope / 16) {
+        unsigned q[4];
+        e4m3_encode<16>(v, e, q);
+        *reinterpret_cast<uint4 *>(data + lane * 16) = make_uint4(q[0], q[1], q[2], q[3]);
+    } else {
+        store_bf16<16>(data + kNope + (lane - kNope / 16) * 32, v);
+    }
+    unsigned long long slot8 = 0;
+#pragma unroll
+    for (int c = 0; c < kNope / 64; ++c)
+        slot8 |= (unsigned long long)__shfl_sync(0xffffffffu, e + 127, 4 * c) << (8 * c);
+    if (lane == 0) *reinterpret_cast<unsigned long long *>(scales) = slot8;
+}
+
+// ---- phase 1: projections ------------------------------------------------------------------
+
+struct StoreBf16 {
+    __nv_bfloat16 *out;
+    int ld;
+    __device__ void operator()(int m, int n, float a, float b) const {
+        *reinterpret_cast<unsigned *>(out + (long long)m * ld + n) = pack_bf16x2(a, b);
+    }
+};
+struct StoreF32 {
+    float *out;
+    int ld;
+    __device__ void operator()(int m, int n, float a, float b) const {
+        *reinterpret_cast<float2 *>(out + (long long)m * ld + n) = make_float2(a, b);
+    }
+};
+
+// Output tile n0 of the joint [wq_a; wkv] projection (N = 1536) for tokens m0..m0+63.
+template <int kH>
+__device__ void qkv_tile(const Params &p, int m0, int n0, unsigned char *smem) {
+    const bool is_q = n0 < kQL;
+    const int n = is_q ? n0 : n0 - kQL;
+    const mxgemm::Operands op = {p.x, p.x_stride, p.T, is_q ? p.wq_a : p.wkv,
+                                 is_q ? p.wq_a_sf : p.wkv_sf, kH};
+    if (is_q)
+        mxgemm::gemm_tile<true, true>(op, m0, n, smem, StoreBf16{p.qa, kQL});
+    else
+        mxgemm::gemm_tile<true, true>(op, m0, n, smem, StoreBf16{p.kv, kKVL});
+}
+
+// Output tile n0 of the kv_gate projection (bf16 x bf16, fp32 out, no quantization: A14).
+template <int kH>
+__device__ void gate_tile(const Params &p, int m0, int n0, unsigned char *smem) {
+    const mxgemm::Operands op = {p.x, p.x_stride, p.T,
+                                 reinterpret_cast<const unsigned char *>(p.wkv_gate), nullptr, kH};
+    mxgemm::gemm_tile<false, false>(op, m0, n0, smem, StoreF32{p.kv_gate, 2 * kKVL});
+}
+
+template <int kH, bool kHca>
+__device__ void phase_projections(const Params &p, unsigned char *smem) {
+    const int mt = (p.T + mxgemm::kBM - 1) / mxgemm::kBM;
+    constexpr int n_qkv = (kQL + kKVL) / mxgemm::kBN;
+    constexpr int n_gate = kHca ? 2 * kKVL / mxgemm::kBN : 0;
+    for (int tile = blockIdx.x; tile < mt * (n_qkv + n_gate); tile += gridDim.x) {
+        const int nt = tile / mt, m0 = (tile % mt) * mxgemm::kBM;  // tokens fastest: W reuse
+        if (nt < n_qkv)
+            qkv_tile<kH>(p, m0, nt * mxgemm::kBN, smem);
+        else
+            gate_tile<kH>(p, m0, (nt - n_qkv) * mxgemm::kBN, smem);
+    }
+}
+
+// ---- phase 2: token rows and the compressor ------------------------------------------------
+
+// qr[t] = mxq(bf16(rmsnorm(qa[t], q_norm_weight))): one warp, 32 values (one group) per lane.
+__device__ void qr_row(const Params &p, int t, int lane) {
+    float v[32], w[32];
+    load_bf16<32>(p.qa + (long long)t * kQL + lane * 32, v);
+    float ss = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) ss += v[i] * v[i];
+    ss = group_sum<32>(ss);
+    const float r = 1.0f / sqrtf(ss / kQL + p.q_eps);
+    load_bf16<32>(p.q_norm_w + lane * 32, w);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) v[i] = round_bf16(v[i] * r * w[i]);
+    mx_fake_quant<32>(v);
+    store_bf16<32>(p.qr + (long long)t * kQL + lane * 32, v);
+}
+
+// The new SWA row of token t into kv_cache (skipped if swa_loc[t] < 0: A15).
+template <int kPage>
+__device__ void kv_row(const Params &p, int t, int lane) {
+    const int loc = p.swa_loc[t];
+    if (loc < 0) return;
+    float v[16];
+    load_bf16<16>(p.kv + (long long)t * kKVL + lane * 16, v);
+    norm_gain_rope_row(v, p.kv_norm_w, p.kv_eps, p.freqs + (long long)p.positions[t] * 64, lane);
+    write_kv_row(p.kv_cache, p.kv_page_bytes, ilog2(kPage), loc, v, lane);
+}
+
+// The tokens that may share token t's request: [*lo, *hi).
+template <int kDraft>
+__device__ __forceinline__ void request_range(const Params &p, int t, int *lo, int *hi) {
+    *lo = kDraft > 0 ? t - t % kDraft : 0;
+    *hi = kDraft > 0 ? *lo + kDraft : p.T;
+}
+
+// map[j] = the launch token whose fresh kv_gate row is window row j (position first + j of the
+// request whose ring starts at base), or -1 (the ring holds it). Ends with __syncthreads.
+template <int kDraft>
+__device__ void build_window_map(const Params &p, int t, int base, int first, int *map) {
+    for (int j = threadIdx.x; j < 128; j += kThreads) map[j] = -1;
+    __syncthreads();
+    int lo, hi;
+    request_range<kDraft>(p, t, &lo, &hi);
+    for (int u = lo + threadIdx.x; u < hi; u += kThreads) {
+        const int q = p.positions[u];
+        if (q >= first && q < first + 128 && p.ring_row[u] - (q & 127) == base) map[q - first] = u;
+    }
+    __syncthreads();
+}
+
+// pooled[c] = bf16(sum_j softmax_j(score[j][c] + ape[j][c]) * kv[j][c]), c = 0..511, in fp32.
+__device__ void pool_window(const Params &p, const int *map, int base, float *pooled) {
+    for (int c = threadIdx.x; c < kKVL; c += kThreads) {
+        float m = neg_inf(), l = 0.0f, acc = 0.0f;
+        for (int j = 0; j < 128; ++j) {
+            const int u = map[j];
+            const float *row = u >= 0 ? p.kv_gate + (long long)u * 2 * kKVL
+                                      : p.ring + (long long)(base + j) * 2 * kKVL;
+            const float kv = row[c], s = row[kKVL + c] + p.ape[j * kKVL + c];
+            if (s > m) {
+                const float a = expf(m - s);
+                l = l * a + 1.0f;
+                acc = acc * a + kv;
+                m = s;
+            } else {
+                const float e = expf(s - m);
+                l += e;
+                acc += e * kv;
+            }
+        }
+        pooled[c] = round_bf16(acc / l);
+    }
+}
+
+// The c128 compressor of token t if it fires (p % 128 == 127, c128_out_loc[t] >= 0).
+template <int kDraft>
+__device__ void compress_token(const Params &p, int t, unsigned char *smem) {
+    const int pos = p.positions[t], loc = p.c128_out_loc[t];
+    if ((pos & 127) != 127 || loc < 0) return;  // uniform across the CTA
+    int *map = reinterpret_cast<int *>(smem);
+    float *pooled = reinterpret_cast<float *>(smem + 128 * sizeof(int));
+    const int base = p.ring_row[t] - 127, first = pos - 127;
+    build_window_map<kDraft>(p, t, base, first, map);
+    pool_window(p, map, base, pooled);
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        float v[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) v[i] = pooled[lane * 16 + i];
+        norm_gain_rope_row(v, p.c128_norm_w, p.kv_eps, p.c128_freqs + (long long)first * 64,
+                           lane);
+        write_kv_row(p.c128_pool, p.c128_page_bytes, p.c128_page_shift, loc, v, lane);
+    }
+    __syncthreads();
+}
+
+template <int kPage, int kDraft, bool kHca>
+__device__ void phase_token_rows(const Params &p, unsigned char *smem) {
+    if (kHca)  // CTAs from the last one down, so the warp items below start elsewhere
+        for (int t = gridDim.x - 1 - blockIdx.x; t < p.T; t += gridDim.x)
+            compress_token<kDraft>(p, t, smem);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int item = blockIdx.x * kWarps + warp; item < 2 * p.T; item += gridDim.x * kWarps) {
+        if (item < p.T)
+            qr_row(p, item, lane);
+        else
+            kv_row<kPage>(p, item - p.T, lane);
+    }
+}
+
+// ---- phase 3: q projection and the ring update ----------------------------------------------
+
+// kv_score_ring[kv_gate_ring_row[u]] = g[u], unless a later position of the launch maps there.
+template <int kDraft>
+__device__ void ring_write(const Params &p, int u) {
+    const int row = p.ring_row[u], q = p.positions[u];
+    int lo, hi;
+    request_range<kDraft>(p, u, &lo, &hi);
+    bool superseded = false;
+    for (int v = lo + threadIdx.x; v < hi; v += kThreads) {
+        const int qv = p.positions[v];
+        superseded |= v != u && p.ring_row[v] == row && (qv > q || (qv == q && v > u));
+    }
+    if (__syncthreads_or(superseded)) return;
+    const float4 *src = reinterpret_cast<const float4 *>(p.kv_gate + (long long)u * 2 * kKVL);
+    float4 *dst = reinterpret_cast<float4 *>(p.ring + (long long)row * 2 * kKVL);
+    for (int i = threadIdx.x; i < 2 * kKVL / 4; i += kThreads) dst[i] = src[i];
+}
+
+template <int kDraft, bool kHca>
+__device__ void phase_q_projection(const Params &p, unsigned char *smem) {
+    if (kHca)
+        for (int u = blockIdx.x; u < p.T; u += gridDim.x) ring_write<kDraft>(p, u);
+    const int mt = (p.T + mxgemm::kBM - 1) / mxgemm::kBM;
+    const mxgemm::Operands op = {p.qr, kQL, p.T, p.wq_b, p.wq_b_sf, kQL};
+    for (int tile = blockIdx.x; tile < mt * (kQCols / mxgemm::kBN); tile += gridDim.x) {
+        const int n0 = (tile / mt) * mxgemm::kBN, m0 = (tile % mt) * mxgemm::kBM;
+        mxgemm::gemm_tile<false, true>(op, m0, n0, smem, StoreBf16{p.q_or_x, kQCols});
+    }
+}
+
+// ---- phase 4: sparse attention --------------------------------------------------------------
+
+namespace attn {
+constexpr int kHG = 16;                     // heads per work item (one MMA M tile)
+constexpr int kGroups = kHeads / kHG;
+constexpr int kRows = 64;                   // KV rows per tile
+constexpr int kLd = kHeadDim + 8;           // bf16 per row of sQ and sKV (1040 B)
+constexpr int kSLd = kRows + 4;             // fp32 per row of sS
+constexpr int kPLd = kRows + 8;             // bf16 per row of sP (144 B)
+constexpr int kRawBytes = kRows * (kRowBytes + kSlotBytes);
+constexpr int kOffQ = 0;
+constexpr int kOffKV = kOffQ + kHG * kLd * 2;
+constexpr int kOffRaw = kOffKV + kRows * kLd * 2;           // 2 raw tiles (double buffer)
+constexpr int kOffTbl = kOffRaw + 2 * kRawBytes;            // [2][2][kRows] row, slot pointers
+constexpr int kOffS = kOffTbl + 2 * 2 * kRows * 8;
+constexpr int kOffP = kOffS + kHG * kSLd * 4;
+constexpr int kOffStat = kOffP + kHG * kPLd * 2;            // corr, m, l [kHG] each
+constexpr int kSmemBytes = kOffStat + 3 * kHG * 4;
+static_assert(kRawBytes % 16 == 0 && kOffTbl % 16 == 0 && kOffS % 16 == 0, "16-byte regions");
+}  // namespace attn
+
+// One work item: token t, heads 16 hg .. 16 hg + 15, virtual rows [begin, end) of the token's
+// row set (SWA rows then compressed rows).
+struct Item {
+    int t, hg, split, begin, end;
+    int4 plan;
+};
+
+__device__ __forceinline__ Item item_of(const Params &p, int index, bool has_c128) {
+    const int nsplit = p.split ? kSplits : 1;
+    Item it;
+    it.t = index / (attn::kGroups * nsplit);
+    const int rem = index % (attn::kGroups * nsplit);
+    it.hg = rem / nsplit;
+    it.split = rem % nsplit;
+    it.plan = p.plan[it.t];
+    const int rows = it.plan.w > 0 ? it.plan.w : 0;
+    const int c128 = has_c128 ? max(p.c128_attn_len[it.t], 0) : 0;
+    const int total = rows + c128, chunk = (total + kSplits - 1) / kSplits;
+    it.begin = p.split ? min(total, it.split * chunk) : 0;
+    it.end = p.split ? min(total, it.begin + chunk) : total;
+    return it;
+}
+
+// Device address of virtual row g of an item's row set and of its scale slot.
+template <int kPage, bool kHca>
+__device__ __forceinline__ void row_source(const Params &p, const Item &it, int g,
+                                           const unsigned char **data,
+                                           const unsigned char **scales) {
+    if (!kHca || g < it.plan.w) {
+        const int slot = g < it.plan.y ? it.plan.x + g : it.plan.z + (g - it.plan.y);
+        const unsigned char *base =
+            p.kv_cache + (long long)(slot >> ilog2(kPage)) * p.kv_page_bytes;
+        *data = base + (slot & (kPage - 1)) * kRowBytes;
+        *scales = base + kPage * kRowBytes + (slot & (kPage - 1)) * kSlotBytes;
+    } else {
+        const int j = g - it.plan.w, shift = p.c128_page_shift;
+        const int page = p.c128_page_table[it.t * p.c128_pt_stride + (j >> shift)];
+        const unsigned char *base = p.c128_pool + (long long)page * p.c128_page_bytes;
+        *data = base + (j & ((1 << shift) - 1)) * kRowBytes;
+        *scales = base + ((long long)kRowBytes << shift) + (j & ((1 << shift) - 1)) * kSlotBytes;
+    }
+}
+
+// Row and scale-slot addresses of the tile's rows g0.. (null beyond the item's end).
+template <int kPage, bool kHca>
+__device__ void fill_row_table(const Params &p, const Item &it, int g0,
+                               const unsigned char **tbl) {
+    if (threadIdx.x < attn::kRows) {
+        const int g = g0 + threadIdx.x;
+        const unsigned char *d = nullptr, *s = nullptr;
+        if (g < it.end) row_source<kPage, kHca>(p, it, g, &d, &s);
+        tbl[threadIdx.x] = d;
+        tbl[attn::kRows + threadIdx.x] = s;
+    }
+}
+
+// cp.async of a tile's raw rows (576 B each) and scale slots; missing rows are zero-filled.
+__device__ void load_kv_tile(const unsigned char *const *tbl, unsigned char *raw,
+                             const void *dummy) {
+    constexpr int chunks = kRowBytes / 16;
+    for (int i = threadIdx.x; i < attn::kRows * chunks; i += kThreads) {
+        const int r = i / chunks, c = i % chunks;
+        const unsigned char *d = tbl[r];
+        cp_async_16(raw + r * kRowBytes + c * 16, d ? d + c * 16 : dummy, d != nullptr);
+    }
+    if (threadIdx.x < attn::kRows) {
+        const unsigned char *s = tbl[attn::kRows + threadIdx.x];
+        cp_async_8(raw + attn::kRows * kRowBytes + threadIdx.x * kSlotBytes, s ? s : dummy,
+                   s != nullptr);
+    }
+}
+
+// Raw fp8 rows -> bf16 K/V tile (exact): 28 e4m3 chunks of 16 values and 8 bf16 chunks per row.
+__device__ void dequant_kv_tile(const unsigned char *raw, unsigned char *kv) {
+    constexpr int chunks = kRowBytes / 16;
+    for (int i = threadIdx.x; i < attn::kRows * chunks; i += kThreads) {
+        const int r = i / chunks, c = i % chunks;
+        const uint4 q = *reinterpret_cast<const uint4 *>(raw + r * kRowBytes + c * 16);
+        unsigned char *dst = kv + r * attn::kLd * 2;
+        if (c < kNope / 16) {
+            const int e = (int)raw[attn::kRows * kRowBytes + r * kSlotBytes + c / 4] - 127;
+            const unsigned w[4] = {q.x, q.y, q.z, q.w};
+            float v[16];
+            e4m3_decode<16>(w, e, v);
+            store_bf16<16>(dst + c * 32, v);
+        } else {
+            *reinterpret_cast<uint4 *>(dst + kNope * 2 + (c - kNope / 16) * 16) = q;
+        }
+    }
+}
+
+// sQ[h] = bf16(rope(rmsnorm(q_h, no gain, q_eps))) for the item's 16 heads (A2); warp w: 2 heads.
+__device__ void load_q(const Params &p, const Item &it, unsigned char *sq) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const float *f_row = p.freqs + (long long)p.positions[it.t] * 64;
+#pragma unroll
+    for (int hh = 0; hh < attn::kHG / kWarps; ++hh) {
+        const int hl = warp * (attn::kHG / kWarps) + hh;
+        const __nv_bfloat16 *src = p.q_or_x + (long long)it.t * kQCols +
+                                   (it.hg * attn::kHG + hl) * kHeadDim + lane * 16;
+        float v[16];
+        load_bf16<16>(src, v);
+        float ss = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) ss += v[i] * v[i];
+        const float r = 1.0f / sqrtf(group_sum<32>(ss) / kHeadDim + p.q_eps);
+#pragma unroll
+        for (int i = 0; i < 16; ++i) v[i] *= r;
+        if (lane >= kNope / 16) rope_apply<16>(v, f_row, (lane - kNope / 16) * 16);
+        store_bf16<16>(sq + hl * attn::kLd * 2 + lane * 32, v);
+    }
+}
+
+// sS[h][r] = scale2 * Q[h] . K[r] (log2 units), -inf for rows >= nvalid; warp w: rows 8w..8w+7.
+__device__ void qk_scores(const unsigned char *sq, const unsigned char *skv, float *ss,
+                          int nvalid, float scale2) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float c0[4] = {}, c1[4] = {};
+#pragma unroll 4
+    for (int k = 0; k < kHeadDim; k += 32) {
+        unsigned a0[4], a1[4], b[4];
+        ldmatrix_x4(b, skv + (8 * warp + lane % 8) * attn::kLd * 2 + (k + (lane / 8) * 8) * 2);
+        ldmatrix_x4(a0, sq + (lane % 16) * attn::kLd * 2 + (k + (lane / 16) * 8) * 2);
+        ldmatrix_x4(a1, sq + (lane % 16) * attn::kLd * 2 + (k + 16 + (lane / 16) * 8) * 2);
+        mma_bf16_16816(c0, a0, b[0], b[1]);
+        mma_bf16_16816(c1, a1, b[2], b[3]);
+    }
+    const int r = 8 * warp + (lane % 4) * 2, h = lane / 4;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int row = r + (i & 1), head = h + 8 * (i >> 1);
+        ss[head * attn::kSLd + row] = row < nvalid ? (c0[i] + c1[i]) * scale2 : neg_inf();
+    }
+}
+
+// Online softmax over one tile: warp w, half j owns head 2w + j (4 rows per lane); updates its
+// (m, l), writes P (bf16) and the head's rescale factor.
+__device__ void softmax_tile(const float *ss, unsigned char *sp, float *corr, float &m, float &l) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int h = 2 * warp + lane / 16, r0 = (lane % 16) * 4;
+    const float4 s = *reinterpret_cast<const float4 *>(ss + h * attn::kSLd + r0);
+    const float m_new = fmaxf(m, group_max<16>(fmaxf(fmaxf(s.x, s.y), fmaxf(s.z, s.w))));
+    const float base = softmax_base(m_new), a = softmax_rescale(m, m_new);
+    const unsigned p01 = pack_bf16x2(exp2_fast(s.x - base), exp2_fast(s.y - base));
+    const unsigned p23 = pack_bf16x2(exp2_fast(s.z - base), exp2_fast(s.w - base));
+    const float psum = bf16_lo(p01) + bf16_hi(p01) + bf16_lo(p23) + bf16_hi(p23);
+    l = l * a + group_sum<16>(psum);
+    m = m_new;
+    *reinterpret_cast<uint2 *>(sp + (h * attn::kPLd + r0) * 2) = make_uint2(p01, p23);
+    if (lane % 16 == 0) corr[h] = a;
+}
+
+// o = o * corr + P V for this warp's 64 dims (64 w ..), 16 heads: o[n-tile][C fragment].
+__device__ void pv_accumulate(const unsigned char *sp, const unsigned char *skv,
+                              const float *corr, float o[8][4]) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const float c_lo = corr[lane / 4], c_hi = corr[lane / 4 + 8];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+        o[n][0] *= c_lo, o[n][1] *= c_lo, o[n][2] *= c_hi, o[n][3] *= c_hi;
+    }
+#pragma unroll
+    for (int k = 0; k < attn::kRows; k += 16) {
+        unsigned a[4];
+        ldmatrix_x4(a, sp + (lane % 16) * attn::kPLd * 2 + (k + (lane / 16) * 8) * 2);
+#pragma unroll
+        for (int nj = 0; nj < 4; ++nj) {
+            unsigned b[4];
+            ldmatrix_x4_trans(b, skv + (k + ((lane / 8) % 2) * 8 + lane % 8) * attn::kLd * 2 +
+                                     (64 * warp + nj * 16 + (lane / 16) * 8) * 2);
+            mma_bf16_16816(o[2 * nj], a, b[0], b[1]);
+            mma_bf16_16816(o[2 * nj + 1], a, b[2], b[3]);
+        }
+    }
+}
+
+// Writes the item's result: O (normalized with the sink, bf16) into q_or_x for an unsplit token,
+// else the part's normalized O and natural LSE into part_o / part_lse.
+__device__ void store_output(const Params &p, const Item &it, const float *sm, const float *sl,
+                             const float o[8][4]) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int hl = lane / 4 + 8 * half, head = it.hg * attn::kHG + hl;
+        const float m = sm[hl], l = sl[hl];
+        const int d0 = 64 * warp + (lane % 4) * 2;
+        if (p.split) {
+            const long long row = ((long long)it.t * kSplits + it.split) * kHeads + head;
+            const float f = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+            for (int n = 0; n < 8; ++n)
+                *reinterpret_cast<float2 *>(p.part_o + row * kHeadDim + d0 + 8 * n) =
+                    make_float2(o[n][2 * half] * f, o[n][2 * half + 1] * f);
+            if (warp == 0 && lane % 4 == 0) p.part_lse[row] = softmax_lse(m, l);
+        } else {
+            const bool sink = p.attn_sink != nullptr;
+            const float f = softmax_out_scale(m, l, sink, sink ? p.attn_sink[head] : 0.0f);
+            __nv_bfloat16 *dst = p.q_or_x + (long long)it.t * kQCols + head * kHeadDim + d0;
+#pragma unroll
+            for (int n = 0; n < 8; ++n)
+                *reinterpret_cast<unsigned *>(dst + 8 * n) =
+                    pack_bf16x2(o[n][2 * half] * f, o[n][2 * half + 1] * f);
+        }
+    }
+}
+
+template <int kPage, bool kHca>
+__device__ void attention_item(const Params &p, const Item &it, unsigned char *smem) {
+    using namespace attn;
+    unsigned char *sq = smem + kOffQ, *skv = smem + kOffKV, *sp = smem + kOffP;
+    float *ss = reinterpret_cast<float *>(smem + kOffS);
+    float *corr = reinterpret_cast<float *>(smem + kOffStat), *sm = corr + kHG, *sl = sm + kHG;
+    const unsigned char **tbl = reinterpret_cast<const unsigned char **>(smem + kOffTbl);
+    const float scale2 = p.sm_scale * kLog2e;
+    const int ntiles = (it.end - it.begin + kRows - 1) / kRows;
+    float m = neg_inf(), l = 0.0f, o[8][4] = {};
+    load_q(p, it, sq);
+    if (ntiles > 0) {
+        fill_row_table<kPage, kHca>(p, it, it.begin, tbl);
+        __syncthreads();
+        load_kv_tile(tbl, smem + kOffRaw, p.kv_cache);
+    }
+    cp_async_commit();
+    for (int k = 0; k < ntiles; ++k) {
+        const bool more = k + 1 < ntiles;
+        const unsigned char **next_tbl = tbl + ((k + 1) & 1) * 2 * kRows;
+        if (more) fill_row_table<kPage, kHca>(p, it, it.begin + (k + 1) * kRows, next_tbl);
+        __syncthreads();  // the table is ready; the previous tile's sKV, sP are free
+        if (more) load_kv_tile(next_tbl, smem + kOffRaw + ((k + 1) & 1) * kRawBytes, p.kv_cache);
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+        dequant_kv_tile(smem + kOffRaw + (k & 1) * kRawBytes, skv);
+        __syncthreads();
+        qk_scores(sq, skv, ss, min(kRows, it.end - it.begin - k * kRows), scale2);
+        __syncthreads();
+        softmax_tile(ss, sp, corr, m, l);
+        __syncthreads();
+        pv_accumulate(sp, skv, corr, o);
+    }
+    cp_async_wait<0>();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane % 16 == 0) sm[2 * warp + lane / 16] = m, sl[2 * warp + lane / 16] = l;
+    __syncthreads();
+    store_output(p, it, sm, sl, o);
+    __syncthreads();
+}
+
+template <int kPage, bool kHca>
+__device__ void phase_attention(const Params &p, unsigned char *smem) {
+    const int items = p.T * attn::kGroups * (p.split ? kSplits : 1);
+    for (int i = blockIdx.x; i < items; i += gridDim.x)
+        attention_item<kPage, kHca>(p, item_of(p, i, kHca), smem);
+}
+
+// ---- the kernel -----------------------------------------------------------------------------
+
+__host__ __device__ constexpr int cmax(int a, int b) { return a > b ? a : b; }
+constexpr int kSmemBytes =
+    cmax(cmax(mxgemm::kSmemBytes, attn::kSmemBytes), 128 * 4 + kKVL * 4 /* compressor */);
+static_assert(kSmemBytes <= kSmemBudget, "raise DSV4_ATTN_SMEM in runtime/dsv4_attention.c");
+static_assert(mxgemm::kThreads == kThreads, "one block size");
+
+__device__ __forceinline__ unsigned dynamic_smem_size() {
+    unsigned v;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(v));
+    return v;
+}
+
+template <int kH, int kPage, int kDraft, int kHca>
+__global__ void __launch_bounds__(kThreads, 1) attention_kernel(const Params p) {
+    static_assert(kH % 128 == 0 && kH > 0, "H: a positive multiple of 128");
+    static_assert(kPage > 0 && (kPage & (kPage - 1)) == 0, "page_size: a power of two");
+    static_assert(kDraft >= 0 && (kHca == 0 || kHca == 1), "draft_tokens >= 0, hca 0 or 1");
+    extern __shared__ __align__(128) unsigned char smem[];
+    if (p.params_bytes != (int)sizeof(Params) || dynamic_smem_size() < (unsigned)kSmemBytes)
+        __trap();  // the host's argument struct or smem size drifted from this file
+    phase_projections<kH, kHca != 0>(p, smem);
+    grid_barrier(p.bank + 0);
+    phase_token_rows<kPage, kDraft, kHca != 0>(p, smem);
+    grid_barrier(p.bank + 1);
+    phase_q_projection<kDraft, kHca != 0>(p, smem);
+    grid_barrier(p.bank + 2);
+    phase_attention<kPage, kHca != 0>(p, smem);
+    if (p.reset_barriers) grid_exit_reset(p.bank + kExitWord, p.bank, kExitWord + 1);
+}
+
+}  // namespace dsv4
+}  // namespace mla

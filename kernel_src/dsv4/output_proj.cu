@@ -1,0 +1,341 @@
+// DeepSeek-V4 output projection (mla_output_proj): two kernels, the second PDL-chained.
+//
+// Template parameters (the specs "dsv4_output_proj_a" / "dsv4_output_proj_b" fix them):
+//   kH  hidden size, a multiple of 512 in [512, 4096]
+//   kG  wo_a groups: K = 32768 / kG input columns and R = 2 kH / kG output rows per group,
+//       K % 512 == 0, R % 256 == 0
+// Both kernels run kThreads = 128 threads (4 warps) per CTA; the runtime
+// (runtime/dsv4_output_proj.c) mirrors the tile shapes and shared memory sizes below.
+//
+// Math (spec/dsv4.md §2.4, §2.5, §2.2, A11, A13, A16), T tokens, 64 heads of 512 dims:
+//   O[t, h]      split launch (T <= 64): LSE = logsumexp_s lse_s; O = sum_s exp(lse_s - LSE) O_s,
+//                times 1 / (1 + exp(sink[h] - LSE)) with a sink; every part empty -> O = 0;
+//                else O = q_or_x[t, h] (bf16, normalized with the sink by the attention)
+//   O[448:512]   rope^-1 with freqs_real[positions[t]]: (a, b) -> (a c + b s, -a s + b c)
+//   A            bf16(O) flat [T, 32768], mxq'd: group-32 e4m3 / ue8m0 (common/fp8.cuh)
+//   o_lora       bf16(A[:, gK:(g+1)K] @ Wd_oa[gR:(g+1)R, :]^T) for each group g    (kernel A)
+//   out          bf16(mxq(o_lora) @ Wd_ob^T)  [T, kH]                                (kernel B)
+// The GEMMs are common/gemm.cuh: fp8 A with row-major group-32 scales, fp8 W with SfAtom scales,
+// both dequantized to bf16 (exact) and multiplied with mma.sync, fp32 accumulation.
+//
+// Kernel A, one CTA per work item, items taken in ticket order (common/pdl.cuh):
+//   items [0, n_qtiles)   quantize: units (t, h) = t * 64 + h, units_per_qtile of them per item,
+//                         one warp per unit (lane l: dims 16l..16l+15, two lanes per scale
+//                         group): combine or load, inverse RoPE, bf16, mxq -> act_q / act_sf;
+//                         then adds its unit count to ready[m-tile] of the units' tokens.
+//   the next items        GEMM tiles (m-tile, n-tile) of o_lora, m-tile major, 64 x 64 each:
+//                         wait until ready[m-tile] counts every unit of the m-tile's tokens,
+//                         then one gemm::mma_tile over the group's K; the epilogue rounds to
+//                         bf16 (o_lora) and quantizes each aligned group of 32 columns of a row
+//                         (a warp holds 32 columns) -> o_lora_q / o_lora_sf: mxq(o_lora) is done
+//                         here, once, instead of in every CTA of kernel B.
+//   The ticket counter and the ready counters live in the layer kind's barrier bank, which the
+//   runtime zeroes (cuMemsetD8Async) before kernel A. Each CTA calls launch_dependents at once.
+// Kernel B, grid (kH / 32, m-tiles), launched with programmatic stream serialization:
+//   griddepcontrol.wait (kernel A complete and visible); block (0, 0) zeroes the barrier bank
+//   (the attention's barriers and kernel A's counters: it is left zeroed for the next layer);
+//   one gemm::mma_tile of 64 x 32 over K = 2 kH; bf16 out.
+//
+// Buffers (row-major, byte offsets of the workspace from mla__dsv4_layout(T, kH, kG)):
+//   q_or_x     bf16 [T, 32768]                  read only (unsplit launches)
+//   positions  int32 [T]; freqs fp32 [max_pos, 64] interleaved (cos, sin); positions are
+//              clamped to [0, max_pos) (the host cannot check device values)
+//   part_o     fp32 [min(T,64), 4, 64, 512], part_lse fp32 [min(T,64), 4, 64] (split launches)
+//   sink       fp32 [64] or null
+//   act_q      e4m3 [T, 32768]; act_sf ue8m0 [T, 1024]        (group j of row t: act_sf[t*1024+j])
+//   wo_a       e4m3 [2 kH, K]; wo_a_sf SfAtom over [2 kH, K / 32]
+//   o_lora     bf16 [T, 2 kH]; o_lora_q e4m3 [T, 2 kH]; o_lora_sf ue8m0 [T, 2 kH / 32]
+//   wo_b       e4m3 [kH, 2 kH]; wo_b_sf SfAtom over [kH, 2 kH / 32]
+//   out        bf16 [T, kH]
+//   bank       uint32 words: [0] ticket counter, [32 + m] ready[m] (units done of m-tile m)
+#include <cuda_bf16.h>
+
+#include "common/fp8.cuh"
+#include "common/gemm.cuh"
+#include "common/pdl.cuh"
+
+namespace mla {
+namespace dsv4 {
+namespace oproj {
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr int kHeads = 64, kHeadDim = 512, kOCols = kHeads * kHeadDim, kRope0 = 448;
+constexpr int kSplits = 4;
+constexpr int kBM = 64;                                  // tokens per m-tile, both kernels
+constexpr int kUnitsPerMTile = kBM * kHeads;
+constexpr int kTicketWord = 0, kReadyWord0 = 32;
+
+// wo_a: 64 x 64 tiles, 2 x 2 warps of 32 x 32 (a warp's 32 columns are one o_lora scale group).
+using CfgA = gemm::Config<kBM, 64, 2, 2, 4, gemm::AKind::kFp8>;
+// wo_b: 64 x 32 tiles, 4 x 1 warps of 16 x 32 (twice the CTAs of 64-wide tiles for small T).
+using CfgB = gemm::Config<kBM, 32, 4, 1, 4, gemm::AKind::kFp8>;
+static_assert(CfgA::kThreads == kThreads && CfgB::kThreads == kThreads, "one block size");
+static_assert(CfgA::kWarpN % 32 == 0, "the o_lora epilogue quantizes whole 32-column groups");
+
+// Kernel A's arguments (one struct of 8-byte fields; the runtime passes the same layout).
+struct ArgsA {
+    const __nv_bfloat16 *q_or_x;
+    const int *positions;
+    const float *freqs;
+    const float *part_o;
+    const float *part_lse;
+    const float *sink;
+    unsigned char *act_q;
+    unsigned char *act_sf;
+    const unsigned char *wo_a;
+    const unsigned char *wo_a_sf;
+    __nv_bfloat16 *o_lora;
+    unsigned char *o_lora_q;
+    unsigned char *o_lora_sf;
+    unsigned int *bank;
+    long long T, max_pos, split, units_per_qtile, n_qtiles;
+};
+
+struct ArgsB {
+    const unsigned char *o_lora_q;
+    const unsigned char *o_lora_sf;
+    const unsigned char *wo_b;
+    const unsigned char *wo_b_sf;
+    __nv_bfloat16 *out;
+    unsigned int *bank;
+    long long T, bank_words;
+};
+
+template <int kH, int kG>
+struct Shape {
+    static_assert(kH % 512 == 0 && kH >= 512 && kH <= 4096, "H: a multiple of 512 up to 4096");
+    static_assert(kG >= 1 && kOCols % kG == 0 && (kOCols / kG) % 512 == 0, "K % 512 == 0");
+    static_assert((2 * kH) % kG == 0 && (2 * kH / kG) % 256 == 0, "R % 256 == 0");
+    static constexpr int kK = kOCols / kG, kR = 2 * kH / kG, kN = 2 * kH;
+};
+
+__device__ __forceinline__ float neg_inf() { return __uint_as_float(0xff800000u); }
+
+// Traps when the launch gave less dynamic shared memory than the tile needs.
+template <int kBytes>
+__device__ __forceinline__ void require_smem() {
+    if (gemm::dynamic_smem_bytes() < (unsigned int)kBytes) __trap();
+}
+
+// ---- kernel A, quantize items -----------------------------------------------------------------
+
+// This lane's 16 dims of O[t, h] from the split partials (§2.4 combine, sink of A16).
+__device__ __forceinline__ void combine_partials(const ArgsA &a, long long t, int h, int lane,
+                                                 float (&v)[16]) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) v[i] = 0.f;
+    float lse[kSplits], m = neg_inf();
+#pragma unroll
+    for (int s = 0; s < kSplits; ++s) {
+        lse[s] = a.part_lse[(t * kSplits + s) * kHeads + h];
+        m = fmaxf(m, lse[s]);
+    }
+    if (m == neg_inf()) return;                              // every part empty: O = 0
+    float w[kSplits], sum = 0.f;
+#pragma unroll
+    for (int s = 0; s < kSplits; ++s) {
+        w[s] = lse[s] == neg_inf() ? 0.f : expf(lse[s] - m);
+        sum += w[s];
+    }
+    float norm = 1.f / sum;
+    if (a.sink != nullptr) norm /= 1.f + expf(a.sink[h] - (m + logf(sum)));
+#pragma unroll
+    for (int s = 0; s < kSplits; ++s) {
+        if (w[s] == 0.f) continue;                           // empty part: not read
+        const float4 *p = reinterpret_cast<const float4 *>(
+            a.part_o + ((t * kSplits + s) * kHeads + h) * kHeadDim + 16 * lane);
+        const float ws = w[s] * norm;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const float4 f = p[q];
+            v[4 * q] += ws * f.x, v[4 * q + 1] += ws * f.y;
+            v[4 * q + 2] += ws * f.z, v[4 * q + 3] += ws * f.w;
+        }
+    }
+}
+
+// This lane's 16 dims of O[t, h] as the attention left them in q_or_x.
+__device__ __forceinline__ void load_o(const ArgsA &a, long long t, int h, int lane,
+                                       float (&v)[16]) {
+    const uint4 *p = reinterpret_cast<const uint4 *>(a.q_or_x + t * kOCols + h * kHeadDim +
+                                                     16 * lane);
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+        const uint4 w = p[q];
+        const unsigned int words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const float2 f =
+                __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&words[j]));
+            v[8 * q + 2 * j] = f.x, v[8 * q + 2 * j + 1] = f.y;
+        }
+    }
+}
+
+// rope^-1 of the pairs among this lane's dims that lie in [448, 512) (lanes 28..31).
+__device__ __forceinline__ void inverse_rope(const ArgsA &a, long long t, int lane,
+                                             float (&v)[16]) {
+    if (16 * lane < kRope0) return;
+    long long p = a.positions[t];
+    p = p < 0 ? 0 : (p >= a.max_pos ? a.max_pos - 1 : p);
+    const float4 *f = reinterpret_cast<const float4 *>(a.freqs + p * 64 + (16 * lane - kRope0));
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {                            // pairs 2q, 2q+1 of this lane
+        const float4 cs = f[q];                              // cos, sin, cos, sin
+        const float a0 = v[4 * q], b0 = v[4 * q + 1], a1 = v[4 * q + 2], b1 = v[4 * q + 3];
+        v[4 * q] = a0 * cs.x + b0 * cs.y, v[4 * q + 1] = b0 * cs.x - a0 * cs.y;
+        v[4 * q + 2] = a1 * cs.z + b1 * cs.w, v[4 * q + 3] = b1 * cs.z - a1 * cs.w;
+    }
+}
+
+// One unit (t, h) by one warp: O -> rope^-1 -> bf16 -> mxq -> act_q, act_sf.
+__device__ __forceinline__ void quantize_unit(const ArgsA &a, long long u, int lane) {
+    const long long t = u / kHeads;
+    const int h = (int)(u % kHeads);
+    float v[16];
+    if (a.split)
+        combine_partials(a, t, h, lane, v);
+    else
+        load_o(a, t, h, lane, v);
+    inverse_rope(a, t, lane, v);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) v[i] = fp8::round_bf16(v[i]);
+    unsigned int q[4];
+    const unsigned int sf = fp8::quantize_group32<16>(v, q);
+    const long long col = (long long)h * kHeadDim + 16 * lane;
+    *reinterpret_cast<uint4 *>(a.act_q + t * kOCols + col) = make_uint4(q[0], q[1], q[2], q[3]);
+    if (lane % 2 == 0) a.act_sf[t * (kOCols / 32) + col / 32] = (unsigned char)sf;
+}
+
+// Quantize item qt: its units, then ready[m] += its units of m-tile m (one or two m-tiles).
+__device__ __forceinline__ void quantize_item(const ArgsA &a, long long qt) {
+    const long long units = a.T * kHeads;
+    const long long u0 = qt * a.units_per_qtile;
+    const long long u1 = u0 + a.units_per_qtile < units ? u0 + a.units_per_qtile : units;
+    const int warp = (int)(threadIdx.x / 32), lane = (int)(threadIdx.x % 32);
+    for (long long u = u0 + warp; u < u1; u += kWarps) quantize_unit(a, u, lane);
+    for (long long m = u0 / kUnitsPerMTile; m * kUnitsPerMTile < u1; ++m) {
+        const long long lo = m * kUnitsPerMTile > u0 ? m * kUnitsPerMTile : u0;
+        const long long hi = (m + 1) * kUnitsPerMTile < u1 ? (m + 1) * kUnitsPerMTile : u1;
+        pdl::signal_add(a.bank + kReadyWord0 + m, (unsigned int)(hi - lo));
+    }
+}
+
+// ---- kernel A, GEMM items ---------------------------------------------------------------------
+
+// o_lora tile epilogue: bf16 values, and per row and aligned 32-column group the e4m3 bytes
+// and ue8m0 scale of mxq (a group is 4 n8 tiles of one warp row: 4 lanes x 8 values).
+__device__ __forceinline__ void store_o_lora(const ArgsA &a, const gemm::Accum<CfgA> &acc,
+                                             int m0, int n0, long long N) {
+    using Acc = gemm::Accum<CfgA>;
+#pragma unroll
+    for (int mt = 0; mt < CfgA::kMT; ++mt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const long long row = m0 + Acc::row(mt, half);
+            const bool ok = row < a.T;
+#pragma unroll
+            for (int g = 0; g < CfgA::kNT / 4; ++g) {
+                float v[8];
+#pragma unroll
+                for (int j = 0; j < 8; ++j)
+                    v[j] = fp8::round_bf16(acc.c[mt][4 * g + j / 2][2 * half + j % 2]);
+                unsigned int q[2];
+                const unsigned int sf = fp8::quantize_group32<8>(v, q);   // all lanes
+                if (!ok) continue;
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const long long at = row * N + n0 + Acc::col(4 * g + j, 0);
+                    *reinterpret_cast<__nv_bfloat162 *>(a.o_lora + at) =
+                        __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+                    *reinterpret_cast<unsigned short *>(a.o_lora_q + at) =
+                        (unsigned short)(q[j / 2] >> (16 * (j % 2)));
+                }
+                if (threadIdx.x % 4 == 0)
+                    a.o_lora_sf[row * (N / 32) + (n0 + Acc::col(4 * g, 0)) / 32] =
+                        (unsigned char)sf;
+            }
+        }
+}
+
+// GEMM item gi: tile (m-tile gi / n-tiles, n-tile gi % n-tiles) of o_lora.
+template <int kH, int kG>
+__device__ __forceinline__ void wo_a_item(const ArgsA &a, long long gi, unsigned char *smem) {
+    using S = Shape<kH, kG>;
+    constexpr int kNTiles = S::kN / CfgA::kBN;
+    const int mt = (int)(gi / kNTiles), n0 = (int)(gi % kNTiles) * CfgA::kBN;
+    const int m0 = mt * kBM, g = n0 / S::kR;
+    const long long rows = a.T - m0 < kBM ? a.T - m0 : kBM;
+    pdl::wait_at_least(a.bank + kReadyWord0 + mt, (unsigned int)(rows * kHeads));
+    gemm::Operands op;
+    op.a = a.act_q + (long long)g * S::kK;
+    op.a_sf = a.act_sf + (long long)g * (S::kK / 32);
+    op.lda = kOCols, op.lda_sf = kOCols / 32;
+    op.w = a.wo_a, op.w_sf = a.wo_a_sf, op.ldw = S::kK, op.w_kb = S::kK / 32, op.w_k0 = 0;
+    op.k_len = S::kK;
+    gemm::Accum<CfgA> acc;
+    gemm::mma_tile<CfgA>(op, m0, n0, (int)rows, smem, acc);
+    store_o_lora(a, acc, m0, n0, S::kN);
+}
+
+// ---- kernel B ---------------------------------------------------------------------------------
+
+__device__ __forceinline__ void store_out(const ArgsB &b, const gemm::Accum<CfgB> &acc, int m0,
+                                          int n0, long long N) {
+    using Acc = gemm::Accum<CfgB>;
+#pragma unroll
+    for (int mt = 0; mt < CfgB::kMT; ++mt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const long long row = m0 + Acc::row(mt, half);
+            if (row >= b.T) continue;
+#pragma unroll
+            for (int nt = 0; nt < CfgB::kNT; ++nt)
+                *reinterpret_cast<__nv_bfloat162 *>(b.out + row * N + n0 + Acc::col(nt, 0)) =
+                    __floats2bfloat162_rn(acc.c[mt][nt][2 * half], acc.c[mt][nt][2 * half + 1]);
+        }
+}
+
+__device__ __forceinline__ void zero_bank(unsigned int *bank, long long words) {
+    for (long long i = threadIdx.x; i < words; i += kThreads) bank[i] = 0u;
+}
+
+}  // namespace oproj
+
+// ---- the entry points (the names the kind builders compile) ----------------------------------
+
+template <int kH, int kG>
+__global__ void __launch_bounds__(oproj::kThreads) output_proj_a_kernel(const oproj::ArgsA a) {
+    using namespace oproj;
+    extern __shared__ __align__(128) unsigned char smem[];
+    require_smem<CfgA::kSmemBytes>();
+    const long long item = pdl::claim_ticket(a.bank + kTicketWord);
+    pdl::launch_dependents();          // kernel B may take free SMs; it waits for our completion
+    if (item < a.n_qtiles)
+        quantize_item(a, item);
+    else
+        wo_a_item<kH, kG>(a, item - a.n_qtiles, smem);
+}
+
+template <int kH, int kG>
+__global__ void __launch_bounds__(oproj::kThreads) output_proj_b_kernel(const oproj::ArgsB b) {
+    using namespace oproj;
+    using S = Shape<kH, kG>;
+    extern __shared__ __align__(128) unsigned char smem[];
+    require_smem<CfgB::kSmemBytes>();
+    pdl::wait();                                     // kernel A complete, its writes visible
+    if (blockIdx.x == 0 && blockIdx.y == 0) zero_bank(b.bank, b.bank_words);
+    const int m0 = (int)blockIdx.y * kBM, n0 = (int)blockIdx.x * CfgB::kBN;
+    const long long rows = b.T - m0 < kBM ? b.T - m0 : kBM;
+    gemm::Operands op;
+    op.a = b.o_lora_q, op.a_sf = b.o_lora_sf, op.lda = S::kN, op.lda_sf = S::kN / 32;
+    op.w = b.wo_b, op.w_sf = b.wo_b_sf, op.ldw = S::kN, op.w_kb = S::kN / 32, op.w_k0 = 0;
+    op.k_len = S::kN;
+    gemm::Accum<CfgB> acc;
+    gemm::mma_tile<CfgB>(op, m0, n0, (int)rows, smem, acc);
+    store_out(b, acc, m0, n0, kH);
+}
+
+}  // namespace dsv4
+}  // namespace mla

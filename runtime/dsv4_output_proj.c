@@ -1,0 +1,316 @@
+/* DSV4 mla_output_proj: argument checks, the two kind builders ("dsv4_output_proj_a" and
+ * "dsv4_output_proj_b", params H and G) and the launches (kernel_src/dsv4/output_proj.cu).
+ *
+ * One call puts three operations on the stream, all graph-capturable:
+ *   1. cuMemsetD8Async zeroes the layer kind's barrier bank (kernel A's ticket and ready
+ *      counters live there; mla_attention may have left its barriers in it);
+ *   2. kernel A: combine + inverse RoPE + group-32 quant of O, then the grouped wo_a GEMM with
+ *      mxq(o_lora) in its epilogue;
+ *   3. kernel B, PDL-chained (programmatic stream serialization): waits for kernel A, zeroes
+ *      the barrier bank again (so it is left zeroed) and runs the wo_b GEMM into out. */
+#include <stdio.h>
+#include <string.h>
+
+#include "mlajit/dsv4.h"
+#include "runtime/dsv4_kinds.h"
+#include "runtime/internal.h"
+
+#define OP_COLS 32768       /* 64 heads x 512, the flat O row */
+#define OP_HEADS 64
+#define OP_ROPE 64          /* freqs_real columns */
+#define OP_MAX_H 4096
+/* Tile shapes of kernel_src/dsv4/output_proj.cu (CfgA, CfgB); the kernels trap when given less
+ * shared memory than these sizes. */
+#define OP_THREADS 128
+#define OP_BM 64
+#define OP_BN_A 64
+#define OP_BN_B 32
+#define OP_STAGES 4
+#define OP_STAGE_BYTES(bn) (OP_BM * 128 + OP_BM * 4 + (bn) * 128 + (bn) * 4)
+#define OP_SMEM_BYTES(bn) (OP_STAGES * OP_STAGE_BYTES(bn) + OP_BM * 256 + (bn) * 256)
+#define OP_QUANT_WARPS 4    /* units (token, head) per quantize item: a multiple of this */
+#define OP_QUANT_WAVES 4    /* aim at this many quantize items per SM */
+
+/* ---- kind builders --------------------------------------------------------------------------- */
+
+/* The seed's constraints on H and G (K = 32768 / G, R = 2H / G); a message names what is wrong. */
+static mla_status check_hg(const char *what, long long H, long long G) {
+    MLA_ARG_CHECK(H >= 512 && H <= OP_MAX_H && H % 512 == 0,
+                  "%s: expected H a multiple of 512 in [512, %d], got %lld", what, OP_MAX_H, H);
+    MLA_ARG_CHECK(G >= 1 && OP_COLS % G == 0,
+                  "%s: expected G dividing 32768 (K = 32768 / G), got G = %lld", what, G);
+    MLA_ARG_CHECK((OP_COLS / G) % 512 == 0,
+                  "%s: expected K = 32768 / G a multiple of 512, got K = %lld (G = %lld)", what,
+                  OP_COLS / G, G);
+    MLA_ARG_CHECK((2 * H) % G == 0 && (2 * H / G) % 256 == 0,
+                  "%s: expected R = 2H / G a multiple of 256, got 2H / G = %lld / %lld", what,
+                  2 * H, G);
+    return MLA_OK;
+}
+
+/* Reads and checks the (H, G) params of a spec. */
+static mla_status spec_hg(const mla__spec *spec, long long *H, long long *G) {
+    MLA_ARG_CHECK(spec->n_params == 2 && strcmp(spec->params[0].name, "H") == 0 &&
+                      strcmp(spec->params[1].name, "G") == 0,
+                  "%s: expected the parameters (H, G), got %d parameters", spec->kernel,
+                  spec->n_params);
+    *H = spec->params[0].value;
+    *G = spec->params[1].value;
+    return check_hg(spec->kernel, *H, *G);
+}
+
+static mla_status build(const mla__spec *spec, const char *entry, int bn, char *name_expr,
+                        size_t size, mla__launch_info *launch) {
+    long long H = 0, G = 0;
+    MLA_FORWARD_IF_ERROR(spec_hg(spec, &H, &G));
+    int n = snprintf(name_expr, size, "mla::dsv4::%s<%lld, %lld>", entry, H, G);
+    MLA_RETURN_ERROR_IF(n < 0 || (size_t)n >= size, MLA_ERR_INTERNAL,
+                        "%s: name expression buffer of %zu bytes too small", spec->kernel, size);
+    launch->threads = OP_THREADS;
+    launch->dynamic_smem = OP_SMEM_BYTES(bn);
+    launch->cluster = 1;
+    return MLA_OK;
+}
+
+mla_status mla__dsv4_output_proj_a_build(const mla__spec *spec, char *name_expr, size_t size,
+                                         mla__launch_info *launch) {
+    return build(spec, "output_proj_a_kernel", OP_BN_A, name_expr, size, launch);
+}
+
+mla_status mla__dsv4_output_proj_b_build(const mla__spec *spec, char *name_expr, size_t size,
+                                         mla__launch_info *launch) {
+    return build(spec, "output_proj_b_kernel", OP_BN_B, name_expr, size, launch);
+}
+
+/* ---- argument checks ------------------------------------------------------------------------- */
+
+/* What the checks derive: tokens, hidden size, groups, RoPE table rows. */
+typedef struct op_shape {
+    int T;
+    long long H, G, K, max_pos;
+} op_shape;
+
+/* A 2-D or 1-D tensor of given dtype and shape, contiguous and aligned. what explains the shape. */
+static mla_status check_exact(const mla_runtime *rt, const DLTensor *t, const char *name,
+                              mla__dtype dtype, int ndim, const int64_t *shape,
+                              const char *const *what, unsigned align) {
+    MLA_FORWARD_IF_ERROR(mla__check_tensor(rt, t, name, dtype, ndim));
+    for (int d = 0; d < ndim; d++)
+        MLA_FORWARD_IF_ERROR(mla__check_dim(t, name, d, shape[d], what[d]));
+    MLA_FORWARD_IF_ERROR(mla__check_contiguous(t, name));
+    return mla__check_align(t, name, align);
+}
+
+/* q_or_x [T, 32768] bf16: sets T. */
+static mla_status check_q_or_x(const mla_runtime *rt, const DLTensor *q, op_shape *sh) {
+    MLA_FORWARD_IF_ERROR(mla__check_tensor(rt, q, "q_or_x", MLA_DT_BF16, 2));
+    MLA_ARG_CHECK(q->shape[0] >= 1 && q->shape[0] <= MLA_DSV4_MAX_TOKENS,
+                  "q_or_x: expected T = shape[0] in [1, %d], got %lld", MLA_DSV4_MAX_TOKENS,
+                  (long long)q->shape[0]);
+    MLA_FORWARD_IF_ERROR(mla__check_dim(q, "q_or_x", 1, OP_COLS, "64 heads x 512"));
+    MLA_FORWARD_IF_ERROR(mla__check_contiguous(q, "q_or_x"));
+    MLA_FORWARD_IF_ERROR(mla__check_align(q, "q_or_x", 16));
+    sh->T = (int)q->shape[0];
+    return MLA_OK;
+}
+
+/* positions [T] int32, freqs_real [max_pos, 64] fp32: sets max_pos. */
+static mla_status check_rope(const mla_runtime *rt, const mla_output_proj_args *a, op_shape *sh) {
+    static const char *const pos_what[] = {"T of q_or_x"};
+    const int64_t pos_shape[1] = {sh->T};
+    MLA_FORWARD_IF_ERROR(check_exact(rt, a->positions, "positions", MLA_DT_INT32, 1, pos_shape,
+                                     pos_what, 4));
+    const DLTensor *f = a->freqs_real;
+    MLA_FORWARD_IF_ERROR(mla__check_tensor(rt, f, "freqs_real", MLA_DT_FP32, 2));
+    MLA_ARG_CHECK(f->shape[0] >= 1 && f->shape[0] <= (1LL << 31) - 1,
+                  "freqs_real: expected max_pos = shape[0] in [1, 2^31), got %lld",
+                  (long long)f->shape[0]);
+    MLA_FORWARD_IF_ERROR(mla__check_dim(f, "freqs_real", 1, OP_ROPE, "32 (cos, sin) pairs"));
+    MLA_FORWARD_IF_ERROR(mla__check_contiguous(f, "freqs_real"));
+    MLA_FORWARD_IF_ERROR(mla__check_align(f, "freqs_real", 16));
+    sh->max_pos = (long long)f->shape[0];
+    return MLA_OK;
+}
+
+/* wo_a_weight [2H, K] fp8: sets H, K and G (the seed's constraints). */
+static mla_status check_wo_a(const mla_runtime *rt, const DLTensor *w, op_shape *sh) {
+    MLA_FORWARD_IF_ERROR(mla__check_tensor(rt, w, "wo_a_weight", MLA_DT_FP8_E4M3, 2));
+    long long rows = (long long)w->shape[0], k = (long long)w->shape[1];
+    MLA_ARG_CHECK(rows % 2 == 0 && rows / 2 >= 512 && rows / 2 <= OP_MAX_H && rows / 2 % 512 == 0,
+                  "wo_a_weight: expected shape[0] = 2H with H a multiple of 512 in [512, %d], "
+                  "got %lld", OP_MAX_H, rows);
+    MLA_ARG_CHECK(k >= 1 && OP_COLS % k == 0,
+                  "wo_a_weight: expected shape[1] = K with K * G == 32768 for an integer G, "
+                  "got %lld", k);
+    MLA_FORWARD_IF_ERROR(check_hg("wo_a_weight", rows / 2, OP_COLS / k));
+    MLA_FORWARD_IF_ERROR(mla__check_contiguous(w, "wo_a_weight"));
+    MLA_FORWARD_IF_ERROR(mla__check_align(w, "wo_a_weight", 16));
+    sh->H = rows / 2, sh->K = k, sh->G = OP_COLS / k;
+    return MLA_OK;
+}
+
+/* wo_a_sf, wo_b_weight, wo_b_sf against H and K. */
+static mla_status check_weights(const mla_runtime *rt, const mla_output_proj_args *a,
+                                const op_shape *sh) {
+    static const char *const sfa_what[] = {"2H of wo_a_weight", "K / 32 of wo_a_weight"};
+    static const char *const wb_what[] = {"H = wo_a_weight rows / 2", "2H"};
+    static const char *const sfb_what[] = {"H = wo_a_weight rows / 2", "2H / 32"};
+    const int64_t sfa[2] = {2 * sh->H, sh->K / 32}, wb[2] = {sh->H, 2 * sh->H};
+    const int64_t sfb[2] = {sh->H, 2 * sh->H / 32};
+    MLA_FORWARD_IF_ERROR(check_exact(rt, a->wo_a_sf, "wo_a_sf", MLA_DT_UINT8, 2, sfa, sfa_what,
+                                     16));
+    MLA_FORWARD_IF_ERROR(check_exact(rt, a->wo_b_weight, "wo_b_weight", MLA_DT_FP8_E4M3, 2, wb,
+                                     wb_what, 16));
+    return check_exact(rt, a->wo_b_sf, "wo_b_sf", MLA_DT_UINT8, 2, sfb, sfb_what, 16);
+}
+
+/* out [T, H] bf16; attn_sink [64] fp32 or NULL; c128_attn_len [T] int32 or NULL. */
+static mla_status check_out_and_options(const mla_runtime *rt, const mla_output_proj_args *a,
+                                        const op_shape *sh) {
+    static const char *const out_what[] = {"T of q_or_x", "H = wo_a_weight rows / 2"};
+    static const char *const sink_what[] = {"64 heads"};
+    static const char *const len_what[] = {"T of q_or_x"};
+    const int64_t out[2] = {sh->T, sh->H}, sink[1] = {OP_HEADS}, len[1] = {sh->T};
+    MLA_FORWARD_IF_ERROR(check_exact(rt, a->out, "out", MLA_DT_BF16, 2, out, out_what, 4));
+    if (a->attn_sink != NULL)
+        MLA_FORWARD_IF_ERROR(check_exact(rt, a->attn_sink, "attn_sink", MLA_DT_FP32, 1, sink,
+                                         sink_what, 4));
+    if (a->c128_attn_len != NULL)
+        MLA_FORWARD_IF_ERROR(check_exact(rt, a->c128_attn_len, "c128_attn_len", MLA_DT_INT32, 1,
+                                         len, len_what, 4));
+    return MLA_OK;
+}
+
+/* The workspace holds the regions of mla__dsv4_layout(T, H, G). */
+static mla_status check_workspace(const mla_runtime *rt, const DLTensor *ws, const op_shape *sh,
+                                  mla__dsv4_ws_layout *layout) {
+    MLA_FORWARD_IF_ERROR(mla__dsv4_check_workspace(rt, ws, 0));
+    mla__dsv4_layout(sh->T, sh->H, sh->G, layout);
+    MLA_ARG_CHECK(ws->shape[0] >= (int64_t)layout->total,
+                  "workspace: expected at least %zu bytes (mla_workspace_size for T = %d, "
+                  "H = %lld, G = %lld), got %lld bytes", layout->total, sh->T, sh->H, sh->G,
+                  (long long)ws->shape[0]);
+    return MLA_OK;
+}
+
+static mla_status check_args(const mla_runtime *rt, const mla_output_proj_args *a, op_shape *sh,
+                             mla__dsv4_ws_layout *layout) {
+    MLA_ARG_CHECK(a != NULL, "args: expected mla_output_proj_args, got NULL");
+    MLA_ARG_CHECK(a->struct_size == sizeof *a, "args: expected struct_size %zu "
+                  "(sizeof(mla_output_proj_args), set by mla_output_proj_args_init), got %zu",
+                  sizeof *a, a->struct_size);
+    MLA_FORWARD_IF_ERROR(check_q_or_x(rt, a->q_or_x, sh));
+    MLA_FORWARD_IF_ERROR(check_rope(rt, a, sh));
+    MLA_FORWARD_IF_ERROR(check_wo_a(rt, a->wo_a_weight, sh));
+    MLA_FORWARD_IF_ERROR(check_weights(rt, a, sh));
+    MLA_FORWARD_IF_ERROR(check_out_and_options(rt, a, sh));
+    return check_workspace(rt, a->workspace, sh, layout);
+}
+
+/* ---- launches -------------------------------------------------------------------------------- */
+
+/* Kernel A's argument struct (oproj::ArgsA: the same fields in the same order, 8 bytes each). */
+typedef struct op_args_a {
+    CUdeviceptr q_or_x, positions, freqs, part_o, part_lse, sink;
+    CUdeviceptr act_q, act_sf, wo_a, wo_a_sf, o_lora, o_lora_q, o_lora_sf, bank;
+    long long T, max_pos, split, units_per_qtile, n_qtiles;
+} op_args_a;
+
+/* Kernel B's (oproj::ArgsB). */
+typedef struct op_args_b {
+    CUdeviceptr o_lora_q, o_lora_sf, wo_b, wo_b_sf, out, bank;
+    long long T, bank_words;
+} op_args_b;
+
+/* Units (token, head) per quantize item: about OP_QUANT_WAVES items per SM, whole warps. */
+static long long units_per_item(int T, int sm_count) {
+    long long units = (long long)T * OP_HEADS;
+    long long items = (long long)OP_QUANT_WAVES * (sm_count > 0 ? sm_count : 1);
+    long long per = (units + items - 1) / items;
+    per = (per + OP_QUANT_WARPS - 1) / OP_QUANT_WARPS * OP_QUANT_WARPS;
+    return per;
+}
+
+static void fill_args(const mla_runtime *rt, const mla_output_proj_args *a, const op_shape *sh,
+                      const mla__dsv4_ws_layout *L, op_args_a *A, op_args_b *B) {
+    CUdeviceptr ws = mla__data(a->workspace);
+    int kind = a->c128_attn_len != NULL ? MLA__DSV4_HCA : MLA__DSV4_SWA;
+    long long units = (long long)sh->T * OP_HEADS;
+    memset(A, 0, sizeof *A);
+    A->q_or_x = mla__data(a->q_or_x), A->positions = mla__data(a->positions);
+    A->freqs = mla__data(a->freqs_real);
+    A->part_o = ws + L->part_o, A->part_lse = ws + L->part_lse;
+    A->sink = a->attn_sink != NULL ? mla__data(a->attn_sink) : 0;
+    A->act_q = ws + L->act_q, A->act_sf = ws + L->act_sf;
+    A->wo_a = mla__data(a->wo_a_weight), A->wo_a_sf = mla__data(a->wo_a_sf);
+    A->o_lora = ws + L->o_lora, A->o_lora_q = ws + L->o_lora_q, A->o_lora_sf = ws + L->o_lora_sf;
+    A->bank = ws + mla__dsv4_bank_offset(kind);
+    A->T = sh->T, A->max_pos = sh->max_pos, A->split = mla__dsv4_split(sh->T);
+    A->units_per_qtile = units_per_item(sh->T, rt->sm_count);
+    A->n_qtiles = (units + A->units_per_qtile - 1) / A->units_per_qtile;
+    memset(B, 0, sizeof *B);
+    B->o_lora_q = A->o_lora_q, B->o_lora_sf = A->o_lora_sf;
+    B->wo_b = mla__data(a->wo_b_weight), B->wo_b_sf = mla__data(a->wo_b_sf);
+    B->out = mla__data(a->out), B->bank = A->bank;
+    B->T = sh->T, B->bank_words = MLA__DSV4_BANK_BYTES / 4;
+}
+
+static mla_status get_kernel(mla_runtime *rt, const char *kind, const op_shape *sh,
+                             const mla__kernel **k) {
+    mla__spec spec;
+    mla__spec_init(&spec, kind);
+    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "H", sh->H));
+    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "G", sh->G));
+    return mla__get_kernel(rt, &spec, k);
+}
+
+/* Launches k as the programmatic dependent of the previous kernel on stream (sm_90 and up). */
+static mla_status launch_pdl(mla_runtime *rt, const mla__kernel *k, unsigned gx, unsigned gy,
+                             CUstream stream, void **args) {
+    CUlaunchAttribute attr;
+    memset(&attr, 0, sizeof attr);
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig cfg = {
+        .gridDimX = gx, .gridDimY = gy, .gridDimZ = 1, .blockDimX = (unsigned)k->launch.threads,
+        .blockDimY = 1, .blockDimZ = 1, .sharedMemBytes = (unsigned)k->launch.dynamic_smem,
+        .hStream = stream, .attrs = &attr, .numAttrs = rt->cc >= 90 ? 1 : 0,
+    };
+    MLA_CU(rt, cuLaunchKernelEx(&cfg, k->function, args, NULL));
+    return MLA_OK;
+}
+
+static mla_status launch_all(mla_runtime *rt, const op_shape *sh, op_args_a *A, op_args_b *B,
+                             CUstream stream) {
+    const mla__kernel *ka = NULL, *kb = NULL;
+    MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_a", sh, &ka));
+    MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_b", sh, &kb));
+    unsigned m_tiles = (unsigned)((sh->T + OP_BM - 1) / OP_BM);
+    unsigned a_items = (unsigned)A->n_qtiles + m_tiles * (unsigned)(2 * sh->H / OP_BN_A);
+    MLA_CU(rt, cuMemsetD8Async(A->bank, 0, MLA__DSV4_BANK_BYTES, stream));
+    void *args_a[] = {A};
+    MLA_FORWARD_IF_ERROR(mla__launch(rt, ka, a_items, 1, 1, stream, args_a));
+    void *args_b[] = {B};
+    return launch_pdl(rt, kb, (unsigned)(sh->H / OP_BN_B), m_tiles, stream, args_b);
+}
+
+/* ---- the API --------------------------------------------------------------------------------- */
+
+void mla_output_proj_args_init(mla_output_proj_args *args) {
+    if (args == NULL) return;
+    memset(args, 0, sizeof *args);
+    args->struct_size = sizeof *args;
+}
+
+mla_status mla_output_proj(mla_runtime *runtime, const mla_output_proj_args *args,
+                           CUstream stream) {
+    MLA_ARG_CHECK(runtime != NULL, "runtime: expected a runtime, got NULL");
+    op_shape sh = {0};
+    mla__dsv4_ws_layout layout;
+    MLA_FORWARD_IF_ERROR(check_args(runtime, args, &sh, &layout));
+    MLA_FORWARD_IF_ERROR(mla__runtime_enter(runtime));
+    op_args_a A;
+    op_args_b B;
+    fill_args(runtime, args, &sh, &layout, &A, &B);
+    return launch_all(runtime, &sh, &A, &B, stream);
+}
