@@ -6,8 +6,13 @@
  * split-KV partials of split ones, per internal.h's contract), q_or_x of split tokens (left as
  * q), out, the new KV rows (decoded), the fired c128 pool rows (decoded), the ring (fp32), and
  * that no other cache byte or ring row changed and the barrier banks are zero afterwards.
- * Tolerances: relative L2 of O, out below 2e-2 (spec), worst token below 5e-2, decoded KV and
- * pool rows below 2e-2, ring rows below 1e-5 (§5); no NaN; padding tokens exactly 0.
+ * Tolerances: relative L2 of O below 2e-2 (spec), worst token below 5e-2; out below 2e-2 against
+ * the reference phase C run on the kernel's own O (what mla_output_proj computes), and below
+ * 5e-2 end to end: the spec's two group-32 fp8 quantizations of phase C are discontinuous, so the
+ * float64 reference's own out moves by about 1e-2 when O moves by 1e-4 and by about 2.7e-2 when
+ * O moves by 2e-3 (test_dsv4_ref.c, out_sensitivity), which no kernel can beat short of
+ * matching O bit for bit; decoded KV and pool rows below 2e-2, ring rows below 1e-5 (§5); no
+ * NaN; padding tokens exactly 0.
  * Reproduce a failure with MLAJIT_TEST_SEED=<structure seed from the log>. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
@@ -21,8 +26,10 @@
 #include "util/gpu.h"
 
 #define TOL_O 2e-2
-#define TOL_OUT 2e-2
+#define TOL_OUT 2e-2     /* out vs phase C of the kernel's own O */
+#define TOL_OUT_E2E 5e-2 /* out vs the full reference: the quantization noise floor (see above) */
 #define TOL_TOKEN 5e-2
+#define TOL_TOKEN_E2E 8e-2
 #define TOL_ROW 2e-2
 #define TOL_RING 1e-5
 #define TOL_SAME 1e-3 /* layers run back to back or in a graph vs separate calls */
@@ -140,9 +147,13 @@ static void check_errors(const char *name, const mlt_dsv4_case *c, const mlt_dsv
               "token %.3e), expected < %g (%g)", name, seed, x->O, x->O_token, TOL_O, TOL_TOKEN);
     cr_expect(!x->split || x->q_split < TOL_O, "%s (seed %llu): q_or_x of split tokens (left as q "
               "per the split-KV contract) relative L2 %.3e", name, seed, x->q_split);
-    cr_expect(!with_out || (x->out < TOL_OUT && x->out_token < TOL_TOKEN), "%s (seed %llu): out "
-              "relative L2 %.3e (worst token %.3e), expected < %g (%g)", name, seed, x->out,
-              x->out_token, TOL_OUT, TOL_TOKEN);
+    cr_expect(!with_out || (x->out_own < TOL_OUT && x->out_own_token < TOL_TOKEN), "%s (seed "
+              "%llu): out vs the reference phase C of the kernel's own O: relative L2 %.3e (worst "
+              "token %.3e), expected < %g (%g)", name, seed, x->out_own, x->out_own_token, TOL_OUT,
+              TOL_TOKEN);
+    cr_expect(!with_out || (x->out < TOL_OUT_E2E && x->out_token < TOL_TOKEN_E2E), "%s (seed "
+              "%llu): out vs the full reference: relative L2 %.3e (worst token %.3e), expected < "
+              "%g (%g)", name, seed, x->out, x->out_token, TOL_OUT_E2E, TOL_TOKEN_E2E);
     cr_expect(x->kv_row < TOL_ROW && x->kv_stray == 0, "%s (seed %llu): new KV rows: worst decoded "
               "relative L2 %.3e (< %g), %lld bytes changed outside them", name, seed, x->kv_row,
               TOL_ROW, x->kv_stray);

@@ -385,6 +385,38 @@ Test(dsv4_ref, quant_act_in_switch) {
     mlt_dsv4_case_free(&c);
 }
 
+/* Phase C is discontinuous in O: its two group-32 fp8 quantizations turn a tiny change of O
+ * into a change of out that is a hundred times larger. This is why the GPU tests hold out to
+ * 2e-2 against phase C of the kernel's own O and only to 5e-2 against the full reference. */
+Test(dsv4_ref, out_sensitivity) {
+    mlt_dsv4_knobs k = tiny(0, 0, 8, 0);
+    mlt_dsv4_case c;
+    cr_assert(mlt_dsv4_case_make(&k, 11, 22, &c) == 0, "out sensitivity: case");
+    mlt_dsv4_expect e;
+    cr_assert(mlt_dsv4_expect_make(&c, 1, &e) == 0, "out sensitivity: reference");
+    mlr_dsv4_layer L;
+    mlt_dsv4_layer_of(&c, e.kv_cache, e.ring, e.pool, &L);
+    int64_t n = (int64_t)c.T * 32768;
+    double *O = malloc(sizeof(double) * (size_t)n);
+    cr_assert_not_null(O, "out sensitivity: memory");
+    uint64_t state = 0x9e3779b97f4a7c15ull;
+    for (int64_t i = 0; i < n; i++) { /* O * (1 + 1e-4 u), u uniform with unit variance */
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        double u = ((double)(state >> 11) / 9007199254740992.0 - 0.5) * sqrt(12.0);
+        O[i] = e.res.O[i] * (1 + 1e-4 * u);
+    }
+    mlr_dsv4_result moved = {0};
+    cr_assert(mlr_dsv4_output_proj(&L, O, &moved) == 0, "out sensitivity: phase C");
+    double d = mlt_rel_l2(moved.out, e.res.out, (int64_t)c.T * c.H);
+    cr_log_info("O moved by 1e-4 (relative): out moves by %.3e", d);
+    cr_expect(d > 3e-3, "out sensitivity: a 1e-4 change of O moved out by only %.3e; the "
+              "tolerance argument of test_dsv4_layer_gpu.c no longer holds", d);
+    mlr_dsv4_result_free(&moved);
+    free(O);
+    mlt_dsv4_expect_free(&e);
+    mlt_dsv4_case_free(&c);
+}
+
 /* ---- the GPU tests' comparisons, on a perfect "kernel" built from the reference ---------------- */
 
 /* got as a correct kernel would leave it: q_or_x = q (split launch), partials of one part, the
