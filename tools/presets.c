@@ -10,6 +10,24 @@
  * HCA layers. It holds the kernels that exist today and grows as kernels land. */
 static const char *const dsv4_flash[] = {
     "{\"kernel\": \"dsv4_attention_plan\"}",
+    "{\"kernel\": \"dsv4_attention\", \"H\": 4096, \"page_size\": 128, \"draft_tokens\": 0, \"hca\": 0}",
+    "{\"kernel\": \"dsv4_attention\", \"H\": 4096, \"page_size\": 128, \"draft_tokens\": 0, \"hca\": 1}",
+    "{\"kernel\": \"dsv4_attention\", \"H\": 4096, \"page_size\": 128, \"draft_tokens\": 1, \"hca\": 0}",
+    "{\"kernel\": \"dsv4_attention\", \"H\": 4096, \"page_size\": 128, \"draft_tokens\": 1, \"hca\": 1}",
+    "{\"kernel\": \"dsv4_attention\", \"H\": 4096, \"page_size\": 128, \"draft_tokens\": 2, \"hca\": 0}",
+    "{\"kernel\": \"dsv4_attention\", \"H\": 4096, \"page_size\": 128, \"draft_tokens\": 2, \"hca\": 1}",
+    "{\"kernel\": \"dsv4_attention\", \"H\": 4096, \"page_size\": 128, \"draft_tokens\": 3, \"hca\": 0}",
+    "{\"kernel\": \"dsv4_attention\", \"H\": 4096, \"page_size\": 128, \"draft_tokens\": 3, \"hca\": 1}",
+    "{\"kernel\": \"dsv4_attention\", \"H\": 4096, \"page_size\": 256, \"draft_tokens\": 0, \"hca\": 0}",
+    "{\"kernel\": \"dsv4_attention\", \"H\": 4096, \"page_size\": 256, \"draft_tokens\": 0, \"hca\": 1}",
+    "{\"kernel\": \"dsv4_attention\", \"H\": 4096, \"page_size\": 256, \"draft_tokens\": 1, \"hca\": 0}",
+    "{\"kernel\": \"dsv4_attention\", \"H\": 4096, \"page_size\": 256, \"draft_tokens\": 1, \"hca\": 1}",
+    "{\"kernel\": \"dsv4_attention\", \"H\": 4096, \"page_size\": 256, \"draft_tokens\": 2, \"hca\": 0}",
+    "{\"kernel\": \"dsv4_attention\", \"H\": 4096, \"page_size\": 256, \"draft_tokens\": 2, \"hca\": 1}",
+    "{\"kernel\": \"dsv4_attention\", \"H\": 4096, \"page_size\": 256, \"draft_tokens\": 3, \"hca\": 0}",
+    "{\"kernel\": \"dsv4_attention\", \"H\": 4096, \"page_size\": 256, \"draft_tokens\": 3, \"hca\": 1}",
+    "{\"kernel\": \"dsv4_output_proj_a\", \"H\": 4096, \"G\": 8}",
+    "{\"kernel\": \"dsv4_output_proj_b\", \"H\": 4096, \"G\": 8}",
     NULL,
 };
 
