@@ -47,11 +47,7 @@ void mla__dsv4_layout(int max_tokens, long long H, long long G, mla__dsv4_ws_lay
         out->bank[k] = mla__dsv4_bank_offset(k);
         out->plan[k] = mla__dsv4_plan_offset(k);
     }
-    out->x_q = take(&c, t * h);
-    out->x_sf = take(&c, ts * h / 32);
     out->qr = take(&c, t * DSV4_QL * 2);
-    out->qr_q = take(&c, t * DSV4_QL);
-    out->qr_sf = take(&c, ts * DSV4_QL / 32);
     out->qa = take(&c, t * DSV4_QL * 2);
     out->kv = take(&c, t * DSV4_KVL * 2);
     out->kv_gate = take(&c, t * 2 * DSV4_KVL * 4);

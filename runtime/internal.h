@@ -363,9 +363,7 @@ typedef struct mla__dsv4_ws_layout {
     long long H, G;
     size_t bank[2];           /* barrier banks [kind] (MLA__DSV4_BANK_BYTES each) */
     size_t plan[2];           /* plan slots [kind]: [640, 4] int32 runs, then the work list */
-    size_t x_q, x_sf;         /* x fp8 [T, H], group-32 ue8m0 scales [T, H / 32] */
     size_t qr;                /* mxq(q_lora after RMSNorm), bf16 [T, 1024] (A operand of wq_b) */
-    size_t qr_q, qr_sf;       /* qr fp8 [T, 1024], scales [T, 32] */
     size_t qa, kv;            /* raw wq_a / wkv outputs of mla_attention, bf16 [T, 1024], [T, 512] */
     size_t kv_gate;           /* kv_gate rows of the launch (HCA), fp32 [T, 1024] */
     size_t part_o, part_lse;  /* split partials fp32 [min(T,64), 4, 64, 512], lse [.., 4, 64] */
