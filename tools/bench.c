@@ -19,7 +19,8 @@ static const char bench_usage[] =
     "Times the kernels on this GPU (needs one) and prints microseconds, GB/s, TFLOP/s and the\n"
     "fraction of the H200's measured ceilings.\n"
     "\n"
-    "  --case NAME    run this case, repeatable (default: all; see --list-cases)\n"
+    "  --case NAME    run this case, or every case named NAME-..., repeatable (default: all;\n"
+    "                 see --list-cases)\n"
     "  --iters N      timed repeats of the per-call cases (default: each case's own)\n"
     "  --json FILE    also write the results as JSON to FILE\n"
     "  --list-cases   print the cases and exit\n";
@@ -46,13 +47,31 @@ static const bench_case cases[] = {
      bench_plan_load},
     {"plan-call", "host time of a warm mla_attention_plan call", bench_plan_call},
     {"plan-gpu", "GPU time of the DSV4 plan kernel (T=640, topk=128, page 128)", bench_plan_gpu},
+    {"dsv4-swa-T1", "DSV4 SWA layer, attention + output proj, T=1", bench_dsv4_swa_1},
+    {"dsv4-swa-T4", "DSV4 SWA layer, attention + output proj, T=4", bench_dsv4_swa_4},
+    {"dsv4-swa-T16", "DSV4 SWA layer, attention + output proj, T=16", bench_dsv4_swa_16},
+    {"dsv4-swa-T64", "DSV4 SWA layer, attention + output proj, T=64", bench_dsv4_swa_64},
+    {"dsv4-swa-T256", "DSV4 SWA layer, attention + output proj, T=256", bench_dsv4_swa_256},
+    {"dsv4-swa-T640", "DSV4 SWA layer, attention + output proj, T=640", bench_dsv4_swa_640},
+    {"dsv4-hca-T1", "DSV4 HCA layer, attention + output proj, T=1", bench_dsv4_hca_1},
+    {"dsv4-hca-T4", "DSV4 HCA layer, attention + output proj, T=4", bench_dsv4_hca_4},
+    {"dsv4-hca-T16", "DSV4 HCA layer, attention + output proj, T=16", bench_dsv4_hca_16},
+    {"dsv4-hca-T64", "DSV4 HCA layer, attention + output proj, T=64", bench_dsv4_hca_64},
+    {"dsv4-hca-T256", "DSV4 HCA layer, attention + output proj, T=256", bench_dsv4_hca_256},
+    {"dsv4-hca-T640", "DSV4 HCA layer, attention + output proj, T=640", bench_dsv4_hca_640},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
-static int find_case(const char *name) {
+/* Selects the case called name, or every case whose name starts with name + "-" ("dsv4",
+ * "dsv4-hca", "plan"); returns how many. */
+static int select_cases(const char *name, int *selected) {
+    size_t len = strlen(name);
+    int n = 0;
     for (int i = 0; i < N_CASES; i++)
-        if (!strcmp(cases[i].name, name)) return i;
-    return -1;
+        if (!strncmp(cases[i].name, name, len) &&
+            (cases[i].name[len] == '\0' || cases[i].name[len] == '-'))
+            selected[i] = 1, n++;
+    return n;
 }
 
 /* ---- output ----------------------------------------------------------------------------------- */
@@ -181,9 +200,9 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (c) {
         case 'c':
-            if ((i = find_case(optarg)) < 0)
+            if (select_cases(optarg, a->selected) == 0)
                 return cli_usage_error("bench", "unknown case '%s' (see --list-cases)", optarg);
-            a->selected[i] = a->any_selected = 1;
+            a->any_selected = 1;
             break;
         case 'i':
             if (cli_parse_long(optarg, 1, 1000000, &a->iters) != 0)

@@ -59,4 +59,24 @@ int bench_plan_load(bench_ctx *ctx);
 int bench_plan_call(bench_ctx *ctx);
 int bench_plan_gpu(bench_ctx *ctx);
 
+/* The DSV4 layer cases (bench_dsv4.c): mla_attention + mla_output_proj of one layer, H = 4096,
+ * G = 8, for T decode tokens; SWA and HCA layers. */
+int bench_dsv4_swa_1(bench_ctx *ctx);
+int bench_dsv4_swa_4(bench_ctx *ctx);
+int bench_dsv4_swa_16(bench_ctx *ctx);
+int bench_dsv4_swa_64(bench_ctx *ctx);
+int bench_dsv4_swa_256(bench_ctx *ctx);
+int bench_dsv4_swa_640(bench_ctx *ctx);
+int bench_dsv4_hca_1(bench_ctx *ctx);
+int bench_dsv4_hca_4(bench_ctx *ctx);
+int bench_dsv4_hca_16(bench_ctx *ctx);
+int bench_dsv4_hca_64(bench_ctx *ctx);
+int bench_dsv4_hca_256(bench_ctx *ctx);
+int bench_dsv4_hca_640(bench_ctx *ctx);
+
+/* The FlashMLA-compatible decode cases (bench_flashmla.c). */
+int bench_flashmla_decode(bench_ctx *ctx);
+int bench_flashmla_sweep(bench_ctx *ctx);
+int bench_flashmla_fp8(bench_ctx *ctx);
+
 #endif /* MLAJIT_TOOLS_BENCH_H */
