@@ -5,11 +5,14 @@
 #include <string.h>
 
 #include "runtime/dsv4_kinds.h"
+#include "runtime/flashmla_kinds.h"
 #include "runtime/internal.h"
 
 static const char *const no_params[] = {NULL};
 static const char *const dsv4_attention_params[] = {"H", "page_size", "draft_tokens", "hca", NULL};
 static const char *const dsv4_output_proj_params[] = {"H", "G", NULL};
+static const char *const flashmla_decode_params[] = {"kv_dtype", "page_class", "causal", NULL};
+static const char *const flashmla_combine_params[] = {"out_dtype", NULL};
 
 static const mla__kernel_kind kinds[] = {
     {"dsv4_attention_plan", "dsv4/plan.cu", no_params, mla__dsv4_plan_build},
@@ -18,6 +21,10 @@ static const mla__kernel_kind kinds[] = {
      mla__dsv4_output_proj_a_build},
     {"dsv4_output_proj_b", "dsv4/output_proj.cu", dsv4_output_proj_params,
      mla__dsv4_output_proj_b_build},
+    {"flashmla_metadata", "flashmla/metadata.cu", no_params, mla__flashmla_metadata_build},
+    {"flashmla_decode", "flashmla/decode.cu", flashmla_decode_params, mla__flashmla_decode_build},
+    {"flashmla_combine", "flashmla/combine.cu", flashmla_combine_params,
+     mla__flashmla_combine_build},
 };
 
 const mla__kernel_kind *mla__kernel_kinds(int *count) {
@@ -67,7 +74,7 @@ mla_status mla__spec_from_json(const void *cjson_object, mla__spec *spec) {
     int n_fields = 0;
     for (const cJSON *c = obj->child; c; c = c->next) n_fields++;
     for (int i = 0; kind->params[i]; i++) {
-        long long v;
+        long long v = 0;
         MLA_FORWARD_IF_ERROR(json_param(obj, kind->name, kind->params[i], &v));
         MLA_FORWARD_IF_ERROR(mla__spec_add(spec, kind->params[i], v));
     }

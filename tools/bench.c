@@ -59,6 +59,12 @@ static const bench_case cases[] = {
     {"dsv4-hca-T64", "DSV4 HCA layer, attention + output proj, T=64", bench_dsv4_hca_64},
     {"dsv4-hca-T256", "DSV4 HCA layer, attention + output proj, T=256", bench_dsv4_hca_256},
     {"dsv4-hca-T640", "DSV4 HCA layer, attention + output proj, T=640", bench_dsv4_hca_640},
+    {"flashmla-decode", "FlashMLA decode b 128, h_q 128, s_q 1, s_k 4096 bf16 (FlashMLA: 230 us)",
+     bench_flashmla_decode},
+    {"flashmla-sweep", "FlashMLA decode b 128, h_q 128, s_q 1/2, s_k 4k..32k bf16",
+     bench_flashmla_sweep},
+    {"flashmla-fp8", "FlashMLA dense fp8 decode b 128, h_q 128, s_q 1/2, s_k 4096",
+     bench_flashmla_fp8},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 

@@ -31,9 +31,33 @@ static const char *const dsv4_flash[] = {
     NULL,
 };
 
+/* FlashMLA-compatible dense decode: the metadata kernel, every decode specialization (kv_dtype 0
+ * bf16, 1 fp16, 2 fp8 e4m3; page_class 0 any page size, 1 multiples of 64; causal 0/1) and both
+ * combine kernels (out_dtype 0 bf16, 1 fp16). */
+static const char *const flashmla_decode[] = {
+    "{\"kernel\": \"flashmla_metadata\"}",
+    "{\"kernel\": \"flashmla_decode\", \"kv_dtype\": 0, \"page_class\": 0, \"causal\": 0}",
+    "{\"kernel\": \"flashmla_decode\", \"kv_dtype\": 0, \"page_class\": 0, \"causal\": 1}",
+    "{\"kernel\": \"flashmla_decode\", \"kv_dtype\": 0, \"page_class\": 1, \"causal\": 0}",
+    "{\"kernel\": \"flashmla_decode\", \"kv_dtype\": 0, \"page_class\": 1, \"causal\": 1}",
+    "{\"kernel\": \"flashmla_decode\", \"kv_dtype\": 1, \"page_class\": 0, \"causal\": 0}",
+    "{\"kernel\": \"flashmla_decode\", \"kv_dtype\": 1, \"page_class\": 0, \"causal\": 1}",
+    "{\"kernel\": \"flashmla_decode\", \"kv_dtype\": 1, \"page_class\": 1, \"causal\": 0}",
+    "{\"kernel\": \"flashmla_decode\", \"kv_dtype\": 1, \"page_class\": 1, \"causal\": 1}",
+    "{\"kernel\": \"flashmla_decode\", \"kv_dtype\": 2, \"page_class\": 0, \"causal\": 0}",
+    "{\"kernel\": \"flashmla_decode\", \"kv_dtype\": 2, \"page_class\": 0, \"causal\": 1}",
+    "{\"kernel\": \"flashmla_decode\", \"kv_dtype\": 2, \"page_class\": 1, \"causal\": 0}",
+    "{\"kernel\": \"flashmla_decode\", \"kv_dtype\": 2, \"page_class\": 1, \"causal\": 1}",
+    "{\"kernel\": \"flashmla_combine\", \"out_dtype\": 0}",
+    "{\"kernel\": \"flashmla_combine\", \"out_dtype\": 1}",
+    NULL,
+};
+
 static const cli_preset presets[] = {
     {"dsv4-flash", "DeepSeek-V4-Flash (H=4096, pages 128/256, draft_tokens 0..3, SWA+HCA)",
      dsv4_flash},
+    {"flashmla-decode", "FlashMLA-compatible dense decode (bf16/fp16/fp8 KV, any page size, "
+     "causal and not)", flashmla_decode},
 };
 
 const cli_preset *cli_presets(int *count) {

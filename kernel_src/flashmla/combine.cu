@@ -1,0 +1,95 @@
+// FlashMLA-compatible split-KV combine: merges the split slots of every request that decode.cu
+// split into more than one chunk (requests of one chunk were written directly and are skipped).
+//
+// Template parameter (the spec "flashmla_combine" fixes it): kOutF16, out is fp16 (else bf16).
+//
+// Math (spec/flashmla.md §1.6): request i with n = num_splits[i + 1] - num_splits[i] > 1 chunks,
+// slots s = num_splits[i] + c, row j * h_q + h:
+//   lse = ln(sum_c exp(lse_c))           (+inf when every lse_c is -inf: the row saw no key)
+//   out[i, j, h, :] = sum_c exp(lse_c - lse) o_c      (0 for a row that saw no key)
+// The chunks are summed in chunk order, so a request's result depends on its chunks only.
+//
+// Buffers: o_accum [split_cap, s_q * h_q, 512] float32, lse_accum [split_cap, s_q * h_q] float32
+// (natural log), num_splits [b + 1] int32, out [b, s_q, h_q, 512] (element strides, last
+// contiguous), softmax_lse [b, h_q, s_q] float32 contiguous. Slots >= split_cap are never read.
+//
+// Grid (b, ceil(s_q * h_q / 8)), 256 threads: one warp per row, lane l owns columns
+// [4 l + 128 k, +4) for k < 4 (coalesced float4 reads).
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "flashmla/params.cuh"
+
+namespace mla {
+namespace flashmla {
+
+constexpr int kCombineThreads = 256;
+constexpr int kCombineRows = kCombineThreads / 32;
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int d = 16; d > 0; d >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, d));
+    return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
+    return v;
+}
+
+// ln(sum_c exp(lse_c)) over the n slots of one row (every lane gets it); -inf if all are -inf.
+__device__ __forceinline__ float merged_lse(const float *lse_accum, long long slot0, int n,
+                                            long long rows, long long row) {
+    const int lane = threadIdx.x & 31;
+    float mx = -inf_f32();
+    for (int c = lane; c < n; c += 32) mx = fmaxf(mx, lse_accum[(slot0 + c) * rows + row]);
+    mx = warp_max(mx);
+    if (mx == -inf_f32()) return -inf_f32();
+    float sum = 0.f;
+    for (int c = lane; c < n; c += 32) sum += expf(lse_accum[(slot0 + c) * rows + row] - mx);
+    return mx + logf(warp_sum(sum));
+}
+
+template <bool kOutF16>
+__device__ __forceinline__ void store4(void *dst, float4 v) {
+    if constexpr (kOutF16) {
+        __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
+        *reinterpret_cast<uint2 *>(dst) =
+            make_uint2(*reinterpret_cast<unsigned *>(&a), *reinterpret_cast<unsigned *>(&b));
+    } else {
+        __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
+        *reinterpret_cast<uint2 *>(dst) =
+            make_uint2(*reinterpret_cast<unsigned *>(&a), *reinterpret_cast<unsigned *>(&b));
+    }
+}
+
+template <bool kOutF16>
+__global__ void __launch_bounds__(kCombineThreads) combine_kernel(const CombineParams p) {
+    const int req = blockIdx.x, lane = threadIdx.x & 31;
+    const long long rows = (long long)p.s_q * p.h_q;
+    const long long row = (long long)blockIdx.y * kCombineRows + (threadIdx.x >> 5);
+    if (row >= rows) return;
+    const int slot0 = p.num_splits[req], n = p.num_splits[req + 1] - slot0;
+    if (n <= 1 || slot0 < 0 || (long long)slot0 + n > p.split_cap) return;
+    const float lse = merged_lse(p.lse_accum, slot0, n, rows, row);
+    float4 acc[4];
+    for (int k = 0; k < 4; k++) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int c = 0; lse != -inf_f32() && c < n; c++) {
+        const long long r = (long long)(slot0 + c) * rows + row;
+        const float w = expf(p.lse_accum[r] - lse);
+        const float4 *src = reinterpret_cast<const float4 *>(p.o_accum + r * 512) + lane;
+        for (int k = 0; k < 4; k++) {
+            const float4 v = src[32 * k];
+            acc[k].x += w * v.x, acc[k].y += w * v.y, acc[k].z += w * v.z, acc[k].w += w * v.w;
+        }
+    }
+    const int j = (int)(row / p.h_q), h = (int)(row % p.h_q);
+    unsigned char *dst = static_cast<unsigned char *>(p.out) +
+                         ((long long)req * p.o_stride_b + (long long)j * p.o_stride_s +
+                          (long long)h * p.o_stride_h) * 2;
+    for (int k = 0; k < 4; k++) store4<kOutF16>(dst + (128 * k + 4 * lane) * 2, acc[k]);
+    if (lane == 0)
+        p.lse[((long long)req * p.h_q + h) * p.s_q + j] = lse == -inf_f32() ? inf_f32() : lse;
+}
+
+}  // namespace flashmla
+}  // namespace mla

@@ -1,0 +1,444 @@
+// FlashMLA-compatible dense paged decode (mla_flash_with_kvcache without indices): the portable
+// tensor-core path (mma.sync m16n8k16, ldmatrix, cp.async), correct on sm_90a and sm_100a.
+//
+// Template parameters (the spec "flashmla_decode" fixes them):
+//   kKV        0: bf16 q / k_cache / out; 1: fp16; 2: fp8 e4m3 q / k_cache (converted exactly to
+//              fp16 in shared memory), bf16 out, logits and out scaled by the descales
+//   kPageClass 0: any page size (one block-table lookup per key); 1: page_size % 64 == 0 (a
+//              64-key tile lies in one page: one lookup per tile)
+//   kCausal    bottom-right causal mask (s_q > 1)
+//
+// Math (spec/flashmla.md §1.2, 1.5-1.7). Request i, len = max(cache_seqlens[i], 0), kv head g,
+// query token j < s_q, q head h = g * (h_q / h_kv) + hg:
+//   s_t   = softmax_scale * descale_q * descale_k * (q[i, j, h, :] . K_t)   t < len_j,
+//   len_j = causal ? min(len, len - s_q + j + 1) : len,  K_t = k_cache[page(t), t % page, g, :]
+//   lse   = ln(sum_t exp(s_t)),  out[i, j, h, :] = descale_k * sum_t exp(s_t - lse) V_t,
+//   V_t   = K_t[:512], page(t) = block_table[i, t / page_size];
+//   no key (len_j <= 0): out = 0, lse = +inf.
+// The softmax runs in base 2 (scale_log2 = softmax_scale * log2 e) and lse is returned in
+// natural log. The attention probabilities enter P V as 16-bit values (as in FlashMLA).
+//
+// Work split: grid (P, h_kv, ceil(s_q * h_q / h_kv / 64)); CTA (part, g, m) takes the 64 query
+// rows [64 m, 64 m + 64) of kv head g (row r = j * (h_q / h_kv) + hg) for every request chunk of
+// sm-part `part` of the schedule (params.cuh). A chunk of a request of one chunk writes out and
+// softmax_lse; otherwise it writes its normalized partial to split slot num_splits[i] + chunk:
+//   o_accum   [split_cap, s_q * h_q, 512] float32, row j * h_q + h (scaled by descale_k)
+//   lse_accum [split_cap, s_q * h_q] float32, natural log, -inf for a row with no key in the chunk
+// and combine.cu merges the slots. Slots >= split_cap are never written.
+//
+// Buffers (element strides, last dimension contiguous, 16-byte aligned rows):
+//   q         [b, s_q, h_q, 576]          out        [b, s_q, h_q, 512]
+//   k_cache   [num_blocks, page, h_kv, 576]  block_table [b, max_blocks] int32, row stride
+//   softmax_lse [b, h_q, s_q] float32 contiguous
+// Keys at t >= len are never read; a block-table entry outside [0, num_blocks) or a page index
+// >= max_blocks reads zeros instead of memory (the result is then meaningless, never a fault).
+//
+// CTA: 8 warps. Warp w owns S columns [32 (w / 4), +32) and O columns [256 (w / 4), +256) of the
+// rows [16 (w % 4), +16). Row maxima and sums are exchanged between the two warps of a row slab
+// through shared memory. Shared memory (bytes): Q tile 64 x 576 x 2 (73728), two K tiles (16-bit
+// KV: double buffer; fp8: one 16-bit tile and two fp8 staging tiles of 36864), P 64 x 64 x 2,
+// row exchange 2 x 64 x 4. 16-bit tiles are XOR-swizzled in 16-byte chunks (chunk ^ (row & 7)).
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "flashmla/params.cuh"
+#include "flashmla/ptx.cuh"
+
+namespace mla {
+namespace flashmla {
+
+constexpr int kD = 576, kDV = 512;
+constexpr int kBlockM = 64, kBlockN = 64, kThreads = 256;
+constexpr int kRowBytes = kD * 2;                       // a 16-bit tile row
+constexpr int kRowChunks = kRowBytes / 16;              // 72
+constexpr int kTileBytes = kBlockN * kRowBytes;         // 73728
+constexpr int kFp8TileBytes = kBlockN * kD;             // 36864
+constexpr int kSmemQ = 0;
+constexpr int kSmemK = kSmemQ + kTileBytes;             // two 16-bit tiles, or one + fp8 stages
+constexpr int kSmemStage = kSmemK + kTileBytes;         // fp8 staging tiles
+constexpr int kSmemP = kSmemK + 2 * kTileBytes;
+constexpr int kSmemRed = kSmemP + kBlockM * kBlockN * 2;
+constexpr int kSmemBytes = kSmemRed + 2 * kBlockM * 4;  // 229888
+static_assert(kSmemStage + 2 * kFp8TileBytes <= kSmemP, "fp8 stages fit the second K tile");
+static_assert(kUnitKeys == kBlockN, "a schedule unit is one KV tile");
+
+// kKV -> element types and MMA kind.
+template <int kKV> struct KvTraits;
+template <> struct KvTraits<0> { static constexpr bool kF16 = false, kFp8 = false, kOutF16 = false; };
+template <> struct KvTraits<1> { static constexpr bool kF16 = true, kFp8 = false, kOutF16 = true; };
+template <> struct KvTraits<2> { static constexpr bool kF16 = true, kFp8 = true, kOutF16 = false; };
+
+// Byte offset of 16-byte chunk c of row r in a swizzled tile of rows of `row_bytes`.
+__device__ __forceinline__ unsigned swz(int r, int c, int row_bytes) {
+    return (unsigned)(r * row_bytes + ((c ^ (r & 7)) << 4));
+}
+
+// Two floats as a packed 16-bit pair.
+template <bool kF16>
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+    if constexpr (kF16) {
+        __half2 h = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<unsigned *>(&h);
+    } else {
+        __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<unsigned *>(&h);
+    }
+}
+
+// ---- loads ------------------------------------------------------------------------------------
+
+// Address of key t (t < len) of kv head g of request req, or null when its page is out of range.
+template <int kKV, int kPageClass>
+__device__ __forceinline__ const unsigned char *key_row(const DecodeParams &p, int req, int g,
+                                                        int t, int tile_t0) {
+    constexpr int kElemBytes = KvTraits<kKV>::kFp8 ? 1 : 2;
+    int page, row;
+    if constexpr (kPageClass == 1) {
+        page = tile_t0 / p.page_size;
+        row = tile_t0 - page * p.page_size + (t - tile_t0);
+    } else {
+        page = t / p.page_size;
+        row = t - page * p.page_size;
+    }
+    if (page >= p.max_blocks) return nullptr;
+    const int blk = p.block_table[(long long)req * p.bt_stride + page];
+    if (blk < 0 || blk >= p.num_blocks) return nullptr;
+    const long long e = (long long)blk * p.k_stride_block + (long long)row * p.k_stride_tok +
+                        (long long)g * p.k_stride_head;
+    return static_cast<const unsigned char *>(p.k) + e * kElemBytes;
+}
+
+// Issues the cp.async of one 64-key tile (keys [t0, t0 + 64), those >= t_end zero-filled):
+// 16-bit KV into the swizzled tile at dst, fp8 KV into the row-major staging tile at dst.
+// Thread tid copies row tid / 4, chunks tid % 4, tid % 4 + 4, ...
+template <int kKV, int kPageClass>
+__device__ __forceinline__ void load_kv_tile(const DecodeParams &p, unsigned dst, int req, int g,
+                                             int t0, int t_end) {
+    constexpr bool kFp8 = KvTraits<kKV>::kFp8;
+    constexpr int kChunks = kFp8 ? kD / 16 : kRowChunks;
+    const int r = threadIdx.x >> 2, t = t0 + r;
+    const unsigned char *src = t < t_end ? key_row<kKV, kPageClass>(p, req, g, t, t0) : nullptr;
+    const bool valid = src != nullptr;
+    if (!valid) src = static_cast<const unsigned char *>(p.k);
+    for (int c = threadIdx.x & 3; c < kChunks; c += 4) {
+        const unsigned off = kFp8 ? (unsigned)(r * kD + c * 16) : swz(r, c, kRowBytes);
+        cp_async_16(dst + off, src + c * 16, valid);
+    }
+}
+
+// Issues the cp.async of the 64 query rows of CTA row block m (rows >= rows zero-filled), into
+// the swizzled Q tile (16-bit) or the first fp8 staging tile.
+template <int kKV>
+__device__ __forceinline__ void load_q_tile(const DecodeParams &p, unsigned dst, int req, int g,
+                                            int m, int rows) {
+    constexpr bool kFp8 = KvTraits<kKV>::kFp8;
+    constexpr int kChunks = kFp8 ? kD / 16 : kRowChunks;
+    const int r = threadIdx.x >> 2, rr = m * kBlockM + r;
+    const bool valid = rr < rows;
+    const unsigned char *src = static_cast<const unsigned char *>(p.q);
+    if (valid) {
+        const int j = rr / p.heads_per_kv, h = g * p.heads_per_kv + rr % p.heads_per_kv;
+        const long long e = (long long)req * p.q_stride_b + (long long)j * p.q_stride_s +
+                            (long long)h * p.q_stride_h;
+        src += e * (kFp8 ? 1 : 2);
+    }
+    for (int c = threadIdx.x & 3; c < kChunks; c += 4) {
+        const unsigned off = kFp8 ? (unsigned)(r * kD + c * 16) : swz(r, c, kRowBytes);
+        cp_async_16(dst + off, src + c * 16, valid);
+    }
+}
+
+// fp8: converts the staging chunks this thread copied (same pattern as the loads, so no barrier
+// is needed between its cp.async wait and this) into the swizzled fp16 tile.
+__device__ __forceinline__ void convert_fp8_tile(const unsigned char *stage, unsigned char *tile) {
+    const int r = threadIdx.x >> 2;
+    for (int c = threadIdx.x & 3; c < kD / 16; c += 4) {
+        const uint4 v = *reinterpret_cast<const uint4 *>(stage + r * kD + c * 16);
+        const uint2 a = e4m3x4_to_f16x4(v.x), b = e4m3x4_to_f16x4(v.y);
+        const uint2 d = e4m3x4_to_f16x4(v.z), e = e4m3x4_to_f16x4(v.w);
+        *reinterpret_cast<uint4 *>(tile + swz(r, 2 * c, kRowBytes)) = make_uint4(a.x, a.y, b.x, b.y);
+        *reinterpret_cast<uint4 *>(tile + swz(r, 2 * c + 1, kRowBytes)) =
+            make_uint4(d.x, d.y, e.x, e.y);
+    }
+}
+
+// ---- tensor-core steps ------------------------------------------------------------------------
+
+// S[16 rows of slab wm][32 keys of half wn] = Q K^T over 576 dims; s[n8 tile][C fragment].
+template <bool kF16>
+__device__ __forceinline__ void qk_mma(float (&s)[4][4], unsigned q_tile, unsigned k_tile,
+                                       int wm, int wn, int lane) {
+#pragma unroll
+    for (int n = 0; n < 4; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    const int qr = wm * 16 + (lane & 15);
+    const int kr0 = wn * 32 + (lane & 7) + ((lane >> 4) << 3);
+#pragma unroll 4
+    for (int kk = 0; kk < kD / 16; kk++) {
+        unsigned a[4], b[4];
+        ldmatrix_x4(q_tile + swz(qr, 2 * kk + (lane >> 4), kRowBytes), a);
+#pragma unroll
+        for (int np = 0; np < 2; np++) {
+            const int kr = kr0 + np * 16;
+            ldmatrix_x4(k_tile + swz(kr, 2 * kk + ((lane >> 3) & 1), kRowBytes), b);
+            mma_m16n8k16<kF16>(s[2 * np], a, b[0], b[1]);
+            mma_m16n8k16<kF16>(s[2 * np + 1], a, b[2], b[3]);
+        }
+    }
+}
+
+// O[16 rows][256 columns of half wn] += P V, P from the swizzled P tile, V = K[:, :512].
+template <bool kF16>
+__device__ __forceinline__ void pv_mma(float (&o)[32][4], unsigned p_tile, unsigned k_tile,
+                                       int wm, int wn, int lane) {
+    const int pr = wm * 16 + (lane & 15);
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; kk++) {
+        unsigned a[4];
+        ldmatrix_x4(p_tile + swz(pr, 2 * kk + (lane >> 4), kBlockN * 2), a);
+        const int vr = kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+#pragma unroll
+        for (int jj = 0; jj < 16; jj++) {
+            unsigned b[4];
+            ldmatrix_x4_trans(k_tile + swz(vr, wn * 32 + jj * 2 + (lane >> 4), kRowBytes), b);
+            mma_m16n8k16<kF16>(o[2 * jj], a, b[0], b[1]);
+            mma_m16n8k16<kF16>(o[2 * jj + 1], a, b[2], b[3]);
+        }
+    }
+}
+
+// ---- online softmax ---------------------------------------------------------------------------
+
+// Per-thread softmax state of its two rows (r0 = slab row lane / 4, r1 = r0 + 8).
+struct RowState {
+    float m[2];      // running max of the scaled logits (base 2), shared by the row's two warps
+    float l[2];      // this thread's part of the running sum
+    int limit[2];    // keys t < limit are visible to the row
+};
+
+// Scales S to base-2 logits and masks keys t0 + col >= limit to -inf.
+__device__ __forceinline__ void scale_and_mask(float (&s)[4][4], const RowState &st, float scale,
+                                               int t0, int wn, int lane) {
+#pragma unroll
+    for (int n = 0; n < 4; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int t = t0 + wn * 32 + n * 8 + (lane & 3) * 2 + (e & 1);
+            s[n][e] = t < st.limit[e >> 1] ? s[n][e] * scale : -inf_f32();
+        }
+}
+
+// Max over the 4 lanes of a quad (the lanes holding one row).
+__device__ __forceinline__ float quad_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// New row maxima from both warps of the slab (red: [2][64] floats), rescales O and the sums,
+// turns S into probabilities and stores them to the P tile. Contains one block barrier.
+template <bool kF16>
+__device__ __forceinline__ void online_softmax_update(float (&s)[4][4], float (&o)[32][4],
+                                                      RowState &st, float *red,
+                                                      unsigned char *p_tile, int wm, int wn,
+                                                      int lane) {
+    const int r0 = wm * 16 + (lane >> 2);
+    float mx[2] = {-inf_f32(), -inf_f32()};
+#pragma unroll
+    for (int n = 0; n < 4; n++) {
+        mx[0] = fmaxf(mx[0], fmaxf(s[n][0], s[n][1]));
+        mx[1] = fmaxf(mx[1], fmaxf(s[n][2], s[n][3]));
+    }
+    mx[0] = quad_max(mx[0]), mx[1] = quad_max(mx[1]);
+    if ((lane & 3) == 0) red[wn * kBlockM + r0] = mx[0], red[wn * kBlockM + r0 + 8] = mx[1];
+    __syncthreads();
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = r0 + 8 * h;
+        const float m_new = fmaxf(st.m[h], fmaxf(red[r], red[kBlockM + r]));
+        const float m_use = m_new == -inf_f32() ? 0.f : m_new;
+        const float alpha = ex2(st.m[h] - m_use);
+        st.m[h] = m_new;
+        st.l[h] *= alpha;
+#pragma unroll
+        for (int jt = 0; jt < 32; jt++) o[jt][2 * h] *= alpha, o[jt][2 * h + 1] *= alpha;
+#pragma unroll
+        for (int n = 0; n < 4; n++) {
+            const float p0 = ex2(s[n][2 * h] - m_use), p1 = ex2(s[n][2 * h + 1] - m_use);
+            st.l[h] += p0 + p1;
+            const int c = wn * 32 + n * 8 + (lane & 3) * 2;
+            *reinterpret_cast<unsigned *>(p_tile + swz(r, c >> 3, kBlockN * 2) + (c & 7) * 2) =
+                pack2<kF16>(p0, p1);
+        }
+    }
+}
+
+// ---- outputs ----------------------------------------------------------------------------------
+
+// Total row sums of both warps (one barrier pair); returns them in l.
+__device__ __forceinline__ void finish_row_sums(RowState &st, float *red, int wm, int wn,
+                                                int lane) {
+    const int r0 = wm * 16 + (lane >> 2);
+    const float l0 = quad_sum(st.l[0]), l1 = quad_sum(st.l[1]);
+    if ((lane & 3) == 0) red[wn * kBlockM + r0] = l0, red[wn * kBlockM + r0 + 8] = l1;
+    __syncthreads();
+    st.l[0] = red[r0] + red[kBlockM + r0];
+    st.l[1] = red[r0 + 8] + red[kBlockM + r0 + 8];
+    __syncthreads();
+}
+
+// Writes the chunk's rows: out / softmax_lse when the request has one chunk, else split slot.
+template <int kKV>
+__device__ __forceinline__ void store_rows(const DecodeParams &p, const float (&o)[32][4],
+                                           const RowState &st, int req, int g, int m, int rows,
+                                           bool direct, int slot, float v_scale, int wm, int wn,
+                                           int lane) {
+    constexpr bool kOutF16 = KvTraits<kKV>::kOutF16;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int rr = m * kBlockM + wm * 16 + (lane >> 2) + 8 * h;
+        if (rr >= rows) continue;
+        const int j = rr / p.heads_per_kv, head = g * p.heads_per_kv + rr % p.heads_per_kv;
+        const float l = st.l[h];
+        const float inv = l > 0.f ? v_scale / l : 0.f;
+        const float lse = l > 0.f ? (st.m[h] + log2f(l)) * 0.69314718055994531f
+                                  : (direct ? inf_f32() : -inf_f32());
+        const int col0 = wn * 256 + (lane & 3) * 2;
+        if (direct) {
+            unsigned char *dst = static_cast<unsigned char *>(p.out) +
+                                 ((long long)req * p.o_stride_b + (long long)j * p.o_stride_s +
+                                  (long long)head * p.o_stride_h + col0) * 2;
+#pragma unroll
+            for (int jt = 0; jt < 32; jt++)
+                *reinterpret_cast<unsigned *>(dst + jt * 16) =
+                    pack2<kOutF16>(o[jt][2 * h] * inv, o[jt][2 * h + 1] * inv);
+            if (wn == 0 && (lane & 3) == 0)
+                p.lse[((long long)req * p.h_q + head) * p.s_q + j] = lse;
+        } else {
+            const long long row = (long long)slot * p.s_q * p.h_q + (long long)j * p.h_q + head;
+            float *dst = p.o_accum + row * kDV + col0;
+#pragma unroll
+            for (int jt = 0; jt < 32; jt++)
+                *reinterpret_cast<float2 *>(dst + jt * 8) =
+                    make_float2(o[jt][2 * h] * inv, o[jt][2 * h + 1] * inv);
+            if (wn == 0 && (lane & 3) == 0) p.lse_accum[row] = lse;
+        }
+    }
+}
+
+// ---- the chunk loop ---------------------------------------------------------------------------
+
+// Attention of the CTA's rows over keys [t_begin, t_end) of request req: pipelined tiles, online
+// softmax, then the rows' outputs. Q is in shared memory (its cp.async may still be in flight).
+template <int kKV, int kPageClass, bool kCausal>
+__device__ void attend_chunk(const DecodeParams &p, unsigned char *smem, int req, int g, int m,
+                             int rows, int len, int t_begin, int t_end, bool direct, int slot) {
+    using T = KvTraits<kKV>;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp & 3, wn = warp >> 2;
+    const unsigned base = smem_addr(smem);
+    float *red = reinterpret_cast<float *>(smem + kSmemRed);
+    const float scale = T::kFp8 ? p.scale_log2 * *p.descale_q * *p.descale_k : p.scale_log2;
+    RowState st;
+    int t_stop = t_end;  // keys no row of the CTA sees are not loaded
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        st.m[h] = -inf_f32(), st.l[h] = 0.f;
+        const int rr = m * kBlockM + wm * 16 + (lane >> 2) + 8 * h;
+        const int j = (rr < rows ? rr : rows - 1) / p.heads_per_kv;
+        st.limit[h] = kCausal ? min(t_end, len - p.s_q + j + 1) : t_end;
+    }
+    if constexpr (kCausal) {
+        const int j_last = (min(rows, (m + 1) * kBlockM) - 1) / p.heads_per_kv;
+        t_stop = min(t_end, len - p.s_q + j_last + 1);
+    }
+    float o[32][4];
+#pragma unroll
+    for (int jt = 0; jt < 32; jt++) o[jt][0] = o[jt][1] = o[jt][2] = o[jt][3] = 0.f;
+    const int n_tiles = t_stop > t_begin ? (t_stop - t_begin + kBlockN - 1) / kBlockN : 0;
+    const unsigned load_base = T::kFp8 ? base + kSmemStage : base + kSmemK;
+    const int load_bytes = T::kFp8 ? kFp8TileBytes : kTileBytes;
+    if (n_tiles > 0) load_kv_tile<kKV, kPageClass>(p, load_base, req, g, t_begin, t_stop);
+    cp_async_commit();
+    for (int it = 0; it < n_tiles; it++) {
+        const int t0 = t_begin + it * kBlockN;
+        if (it + 1 < n_tiles) {
+            load_kv_tile<kKV, kPageClass>(p, load_base + ((it + 1) & 1) * load_bytes, req, g,
+                                          t0 + kBlockN, t_stop);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        unsigned k_tile = base + kSmemK;
+        if constexpr (T::kFp8)
+            convert_fp8_tile(smem + kSmemStage + (it & 1) * kFp8TileBytes, smem + kSmemK);
+        else
+            k_tile += (it & 1) * kTileBytes;
+        __syncthreads();  // tile it (and Q) visible to every warp
+        float s[4][4];
+        qk_mma<T::kF16>(s, base + kSmemQ, k_tile, wm, wn, lane);
+        scale_and_mask(s, st, scale, t0, wn, lane);
+        online_softmax_update<T::kF16>(s, o, st, red, smem + kSmemP, wm, wn, lane);
+        __syncthreads();  // P visible
+        pv_mma<T::kF16>(o, base + kSmemP, k_tile, wm, wn, lane);
+        __syncthreads();  // tile it and P consumed before they are overwritten
+    }
+    cp_async_wait<0>();
+    finish_row_sums(st, red, wm, wn, lane);
+    store_rows<kKV>(p, o, st, req, g, m, rows, direct, slot, T::kFp8 ? *p.descale_k : 1.f, wm,
+                    wn, lane);
+}
+
+// Loads Q of (req, g, m); fp8 converts it (waits for it first).
+template <int kKV>
+__device__ __forceinline__ void stage_q(const DecodeParams &p, unsigned char *smem, int req, int g,
+                                        int m, int rows) {
+    const unsigned base = smem_addr(smem);
+    if constexpr (KvTraits<kKV>::kFp8) {
+        load_q_tile<kKV>(p, base + kSmemStage, req, g, m, rows);
+        cp_async_commit();
+        cp_async_wait<0>();
+        convert_fp8_tile(smem + kSmemStage, smem + kSmemQ);
+        __syncthreads();  // the staging tile is free again before K tiles land there
+    } else {
+        load_q_tile<kKV>(p, base + kSmemQ, req, g, m, rows);
+        cp_async_commit();
+    }
+}
+
+template <int kKV, int kPageClass, bool kCausal>
+__global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams p) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    const int part = blockIdx.x, g = blockIdx.y, m = blockIdx.z;
+    const int *rec = p.sched + (long long)part * kRecordInts;
+    const int begin_req = rec[kBeginReq], end_req = min(rec[kEndReq], p.b - 1);
+    const int cu = rec[kChunkUnits];
+    const int rows = p.s_q * p.heads_per_kv;
+    for (int req = max(begin_req, 0); req <= end_req; req++) {
+        const int len = max(p.seqlens[req], 0);
+        const int lo = req == begin_req ? max(rec[kBeginUnit], 0) : 0;
+        const int hi = req == end_req ? rec[kEndUnit] : units_of(len);
+        const int split0 = p.num_splits[req], n_splits = p.num_splits[req + 1] - split0;
+        int chunk = req == begin_req ? rec[kBeginChunk] : 0;
+        stage_q<kKV>(p, smem, req, g, m, rows);
+        for (int u0 = lo; u0 < hi;) {
+            const int u1 = cu > 0 ? min(hi, (u0 / cu + 1) * cu) : hi;
+            if (cu > 0) chunk = u0 / cu;
+            const int slot = split0 + chunk;
+            const bool direct = n_splits == 1;
+            if (direct || (slot >= 0 && slot < p.split_cap))
+                attend_chunk<kKV, kPageClass, kCausal>(p, smem, req, g, m, rows, len,
+                                                       u0 * kBlockN, min(u1 * kBlockN, len),
+                                                       direct, slot);
+            chunk++, u0 = u1;
+        }
+        cp_async_wait<0>();
+        __syncthreads();  // Q consumed before the next request's Q lands
+    }
+}
+
+}  // namespace flashmla
+}  // namespace mla

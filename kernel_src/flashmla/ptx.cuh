@@ -1,0 +1,91 @@
+// Inline PTX of the FlashMLA-compatible kernels, each instruction wrapped once and named after it.
+// Portable to every target with mma.sync (sm_80+); the fp8 conversion needs sm_89+ (sm_90a and
+// sm_100a, the targets of this family).
+//
+// (These belong in common/ once the families share them; kept here while common/ is owned by
+// another family's work.)
+#pragma once
+
+namespace mla {
+namespace flashmla {
+
+// Shared-memory address of a generic pointer into shared memory (for ldmatrix and cp.async).
+__device__ __forceinline__ unsigned smem_addr(const void *p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+// cp.async.cg.shared.global: copies 16 bytes global -> shared, or writes 16 zero bytes (src-size
+// 0: nothing is read) when !valid.
+__device__ __forceinline__ void cp_async_16(unsigned dst, const void *src, bool valid) {
+    const int src_size = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_size)
+                 : "memory");
+}
+
+// cp.async.commit_group
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// cp.async.wait_group N: all but the N most recent groups of this thread have landed.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// ldmatrix.sync.aligned.m8n8.x4.shared.b16: four 8x8 b16 matrices, lane l addresses row l % 8 of
+// matrix l / 8.
+__device__ __forceinline__ void ldmatrix_x4(unsigned addr, unsigned (&r)[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16: the same, each matrix transposed.
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned addr, unsigned (&r)[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}: d += a * b, fp32 accumulators.
+template <bool kF16>
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                             unsigned b1) {
+    if constexpr (kF16) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    } else {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+}
+
+// ex2.approx.ftz.f32: 2^x (2^-inf = 0).
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// cvt.rn.f16x2.e4m3x2 twice: four fp8 e4m3 bytes (little-endian in x) to four fp16 values (exact).
+__device__ __forceinline__ uint2 e4m3x4_to_f16x4(unsigned x) {
+    uint2 r;
+    asm("{\n"
+        ".reg .b16 lo, hi;\n"
+        "mov.b32 {lo, hi}, %2;\n"
+        "cvt.rn.f16x2.e4m3x2 %0, lo;\n"
+        "cvt.rn.f16x2.e4m3x2 %1, hi;\n"
+        "}\n"
+        : "=r"(r.x), "=r"(r.y)
+        : "r"(x));
+    return r;
+}
+
+}  // namespace flashmla
+}  // namespace mla

@@ -1,0 +1,90 @@
+/* FlashMLA-compatible family, internal: kind builders (referenced by the table in runtime/spec.c),
+ * the kernels' launch constants and the C mirrors of their parameter blocks
+ * (kernel_src/flashmla/params.cuh: same fields, same order, same sizes). */
+#ifndef MLAJIT_FLASHMLA_KINDS_H
+#define MLAJIT_FLASHMLA_KINDS_H
+
+#include <stddef.h>
+
+#include "mlajit/mlajit.h"
+
+struct mla__spec;
+struct mla__launch_info;
+
+/* "flashmla_metadata" (no params), "flashmla_decode" (kv_dtype, page_class, causal),
+ * "flashmla_combine" (out_dtype). runtime/flashmla.c and runtime/flashmla_decode.c. */
+mla_status mla__flashmla_metadata_build(const struct mla__spec *spec, char *name_expr,
+                                        size_t size, struct mla__launch_info *launch);
+mla_status mla__flashmla_decode_build(const struct mla__spec *spec, char *name_expr, size_t size,
+                                      struct mla__launch_info *launch);
+mla_status mla__flashmla_combine_build(const struct mla__spec *spec, char *name_expr, size_t size,
+                                       struct mla__launch_info *launch);
+
+/* Spec values. */
+enum { MLA__FLASHMLA_KV_BF16 = 0, MLA__FLASHMLA_KV_FP16 = 1, MLA__FLASHMLA_KV_FP8 = 2 };
+enum { MLA__FLASHMLA_PAGE_ANY = 0, MLA__FLASHMLA_PAGE_64X = 1 }; /* page_size % 64 == 0 */
+enum { MLA__FLASHMLA_OUT_BF16 = 0, MLA__FLASHMLA_OUT_FP16 = 1 };
+
+#define MLA__FLASHMLA_UNIT_KEYS 64          /* keys per schedule unit and decode tile */
+#define MLA__FLASHMLA_BLOCK_M 64            /* query rows per decode CTA */
+#define MLA__FLASHMLA_METADATA_THREADS 512
+#define MLA__FLASHMLA_DECODE_THREADS 256
+#define MLA__FLASHMLA_DECODE_SMEM 229888    /* decode.cu kSmemBytes */
+#define MLA__FLASHMLA_COMBINE_THREADS 256
+#define MLA__FLASHMLA_COMBINE_ROWS 8        /* rows (warps) per combine CTA */
+#define MLA__FLASHMLA_WS_ALIGN 256
+
+/* Workspace layout for `slots` split slots of rows = s_q * h_q rows: o_accum
+ * [slots, rows, 512] float32 at 0, lse_accum [slots, rows] float32 at lse_offset. */
+static inline size_t mla__flashmla_ws_lse_offset(long long rows, long long slots) {
+    return (size_t)(slots * rows * MLA_FLASHMLA_HEAD_DIM_V * 4);
+}
+static inline size_t mla__flashmla_ws_bytes(long long rows, long long slots) {
+    return mla__flashmla_ws_lse_offset(rows, slots) + (size_t)(slots * rows * 4);
+}
+/* Split slots a workspace of `bytes` holds. */
+static inline long long mla__flashmla_ws_slots(long long rows, size_t bytes) {
+    return (long long)(bytes / (size_t)(rows * (MLA_FLASHMLA_HEAD_DIM_V + 1) * 4));
+}
+
+/* FlashMLA's num_sm_parts: max(sm_count / h_kv / ceil(q_per_hk / 64), 1). */
+static inline int mla__flashmla_num_sm_parts(int sm_count, int h_kv, int q_per_hk) {
+    int m_blocks = (q_per_hk + MLA__FLASHMLA_BLOCK_M - 1) / MLA__FLASHMLA_BLOCK_M;
+    int parts = sm_count / h_kv / (m_blocks > 0 ? m_blocks : 1);
+    return parts > 1 ? parts : 1;
+}
+
+/* C mirrors of the kernel parameter blocks. */
+typedef struct mla__flashmla_metadata_params {
+    CUdeviceptr seqlens, sched, num_splits;
+    int b, num_parts, chunk_units, max_splits;
+} mla__flashmla_metadata_params;
+
+typedef struct mla__flashmla_decode_params {
+    CUdeviceptr q;
+    long long q_stride_b, q_stride_s, q_stride_h;
+    CUdeviceptr k;
+    long long k_stride_block, k_stride_tok, k_stride_head;
+    CUdeviceptr block_table;
+    long long bt_stride;
+    CUdeviceptr seqlens, sched, num_splits, descale_q, descale_k;
+    CUdeviceptr out;
+    long long o_stride_b, o_stride_s, o_stride_h;
+    CUdeviceptr lse, o_accum, lse_accum;
+    int b, s_q, h_q, h_kv, heads_per_kv, page_size, max_blocks, num_blocks, num_parts, split_cap;
+    float scale_log2;
+    int pad;
+} mla__flashmla_decode_params;
+
+typedef struct mla__flashmla_combine_params {
+    CUdeviceptr o_accum, lse_accum, num_splits, out;
+    long long o_stride_b, o_stride_s, o_stride_h;
+    CUdeviceptr lse;
+    int b, s_q, h_q, split_cap;
+} mla__flashmla_combine_params;
+
+_Static_assert(sizeof(mla__flashmla_metadata_params) == 40, "mirror of MetadataParams");
+_Static_assert(sizeof(mla__flashmla_decode_params) == 224, "mirror of DecodeParams");
+_Static_assert(sizeof(mla__flashmla_combine_params) == 80, "mirror of CombineParams");
+
+#endif /* MLAJIT_FLASHMLA_KINDS_H */

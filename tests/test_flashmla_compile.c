@@ -1,0 +1,137 @@
+/* Compile tests of the FlashMLA-compatible kernels: every specialization (metadata; decode for
+ * kv_dtype x page_class x causal; combine for both out dtypes) compiles with NVRTC for sm_90a and
+ * sm_100a through the library (mla__precompile, no GPU needed) and reports the launch needs the
+ * runtime will use. Spec values outside the kinds' ranges are refused by the builders. */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/flashmla_kinds.h"
+#include "runtime/internal.h"
+#include "util/gpu.h"
+
+typedef struct compile_case {
+    char arch[16];
+    char kernel[32];
+    int n;            /* parameters used */
+    int v[3];         /* kv_dtype, page_class, causal | out_dtype */
+} compile_case;
+
+#define N_CASES (2 * (1 + 12 + 2))
+static compile_case cases[N_CASES];
+
+static void fill_cases(void) {
+    static const char *const archs[2] = {"sm_90a", "sm_100a"};
+    int n = 0;
+    for (int a = 0; a < 2; a++) {
+        compile_case *c = &cases[n++];
+        snprintf(c->arch, sizeof c->arch, "%s", archs[a]);
+        snprintf(c->kernel, sizeof c->kernel, "flashmla_metadata");
+        for (int kv = 0; kv < 3; kv++)
+            for (int pc = 0; pc < 2; pc++)
+                for (int causal = 0; causal < 2; causal++) {
+                    c = &cases[n++];
+                    snprintf(c->arch, sizeof c->arch, "%s", archs[a]);
+                    snprintf(c->kernel, sizeof c->kernel, "flashmla_decode");
+                    c->n = 3, c->v[0] = kv, c->v[1] = pc, c->v[2] = causal;
+                }
+        for (int out = 0; out < 2; out++) {
+            c = &cases[n++];
+            snprintf(c->arch, sizeof c->arch, "%s", archs[a]);
+            snprintf(c->kernel, sizeof c->kernel, "flashmla_combine");
+            c->n = 1, c->v[0] = out;
+        }
+    }
+}
+
+ParameterizedTestParameters(flashmla_compile, every_spec) {
+    fill_cases();
+    return cr_make_param_array(compile_case, cases, N_CASES);
+}
+
+/* The spec of a case with the kind's parameter names. */
+static void case_spec(const compile_case *c, mla__spec *spec) {
+    mla__spec_init(spec, c->kernel);
+    const mla__kernel_kind *kind = mla__kernel_kind_find(c->kernel);
+    cr_assert(kind != NULL, "%s: kernel kind not in the table", c->kernel);
+    for (int i = 0; i < c->n; i++) {
+        cr_assert(kind->params[i] != NULL, "%s: the kind has fewer than %d parameters", c->kernel,
+                  c->n);
+        cr_assert(mla__spec_add(spec, kind->params[i], c->v[i]) == MLA_OK, "%s: spec_add",
+                  c->kernel);
+    }
+    cr_assert(kind->params[c->n] == NULL, "%s: the kind has more than %d parameters", c->kernel,
+              c->n);
+}
+
+ParameterizedTest(compile_case *c, flashmla_compile, every_spec) {
+    mla__spec spec;
+    case_spec(c, &spec);
+    char desc[256];
+    mla__spec_describe(&spec, desc, sizeof desc);
+    mla_runtime *rt = NULL;
+    cr_assert(mlt_cpu_runtime(c->arch, &rt) == MLA_OK, "%s %s: runtime: %s", desc, c->arch,
+              mla_last_error());
+    mla__origin origin;
+    char hash[33];
+    mla_status s = mla__precompile(rt, &spec, c->arch, &origin, hash);
+    cr_assert(s == MLA_OK, "%s %s: precompile: %s: %s", desc, c->arch, mla_status_string(s),
+              mla_last_error());
+    char *key = NULL, name[256];
+    mla__launch_info launch;
+    cr_assert(mla__spec_key(rt, &spec, c->arch, &key, hash, name, sizeof name, &launch) == MLA_OK,
+              "%s %s: spec key: %s", desc, c->arch, mla_last_error());
+    free(key);
+    int want_threads = !strcmp(c->kernel, "flashmla_decode")    ? MLA__FLASHMLA_DECODE_THREADS
+                       : !strcmp(c->kernel, "flashmla_combine") ? MLA__FLASHMLA_COMBINE_THREADS
+                                                                : MLA__FLASHMLA_METADATA_THREADS;
+    int want_smem = !strcmp(c->kernel, "flashmla_decode") ? MLA__FLASHMLA_DECODE_SMEM : 0;
+    cr_expect(launch.threads == want_threads && launch.dynamic_smem == want_smem &&
+                  launch.cluster == 1,
+              "%s %s: launch (%d threads, %d smem, cluster %d), expected (%d, %d, 1)", desc,
+              c->arch, launch.threads, launch.dynamic_smem, launch.cluster, want_threads,
+              want_smem);
+    cr_expect(strstr(name, "mla::flashmla::") == name, "%s %s: name expression %s", desc, c->arch,
+              name);
+    mla_runtime_destroy(rt);
+}
+
+/* Specs the builders must refuse: name, params (name=value pairs), the text the error names. */
+typedef struct bad_spec {
+    char kernel[32];
+    int n;
+    char names[3][16];
+    int v[3];
+    char want[24];
+} bad_spec;
+
+static bad_spec bad[] = {
+    {"flashmla_decode", 3, {"kv_dtype", "page_class", "causal"}, {3, 0, 0}, "kv_dtype"},
+    {"flashmla_decode", 3, {"kv_dtype", "page_class", "causal"}, {-1, 0, 0}, "kv_dtype"},
+    {"flashmla_decode", 3, {"kv_dtype", "page_class", "causal"}, {0, 2, 0}, "page_class"},
+    {"flashmla_decode", 3, {"kv_dtype", "page_class", "causal"}, {0, 0, 2}, "causal"},
+    {"flashmla_decode", 2, {"kv_dtype", "page_class", ""}, {0, 0, 0}, "3 parameters"},
+    {"flashmla_decode", 3, {"kv_dtype", "causal", "page_class"}, {0, 0, 0}, "page_class"},
+    {"flashmla_combine", 1, {"out_dtype", "", ""}, {2, 0, 0}, "out_dtype"},
+    {"flashmla_combine", 0, {"", "", ""}, {0, 0, 0}, "out_dtype"},
+    {"flashmla_metadata", 1, {"x", "", ""}, {1, 0, 0}, "no parameters"},
+};
+
+ParameterizedTestParameters(flashmla_compile, bad_specs) {
+    return cr_make_param_array(bad_spec, bad, sizeof bad / sizeof bad[0]);
+}
+
+ParameterizedTest(bad_spec *b, flashmla_compile, bad_specs) {
+    mla__spec spec;
+    mla__spec_init(&spec, b->kernel);
+    for (int i = 0; i < b->n; i++) mla__spec_add(&spec, b->names[i], b->v[i]);
+    const mla__kernel_kind *kind = mla__kernel_kind_find(b->kernel);
+    cr_assert(kind != NULL, "%s: kernel kind not in the table", b->kernel);
+    char name[256];
+    mla__launch_info launch;
+    mla_status s = kind->build(&spec, name, sizeof name, &launch);
+    cr_expect(s == MLA_ERR_INVALID_ARGUMENT && strstr(mla_last_error(), b->want),
+              "%s (%s=%d ...): expected MLA_ERR_INVALID_ARGUMENT naming \"%s\", got %s: %s",
+              b->kernel, b->names[0], b->v[0], b->want, mla_status_string(s), mla_last_error());
+}
