@@ -130,22 +130,38 @@ Test(cli, list_presets) {
               "--list-presets: expected dsv4-flash with dsv4_attention_plan, got '%s'", out);
 }
 
-Test(cli, precompile_then_cache_list_verify_prune) {
-    cr_assert_eq(run_cli(PRESET_CMD), 0, "first " PRESET_CMD ": '%s'", out);
-    cr_expect(strstr(out, "2 compiled, 0 cached, 0 failed") != NULL,
-              "first " PRESET_CMD ": expected 2 compiled, got '%s'", out);
-    cr_assert_eq(run_cli(PRESET_CMD), 0, "second " PRESET_CMD ": '%s'", out);
-    cr_expect(strstr(out, "0 compiled, 2 cached, 0 failed") != NULL,
-              "second " PRESET_CMD ": expected 2 cached, got '%s'", out);
+/* Reads "precompiled N specs for K archs: C compiled, H cached, F failed" from out. */
+static int summary(int *specs, int *archs, int *compiled, int *cached, int *failed) {
+    const char *p = strstr(out, "precompiled ");
+    return p && sscanf(p, "precompiled %d specs for %d archs: %d compiled, %d cached, %d failed",
+                       specs, archs, compiled, cached, failed) == 5;
+}
 
+Test(cli, precompile_then_cache_list_verify_prune) {
+    int specs, archs, compiled, cached, failed;
+    cr_assert_eq(run_cli(PRESET_CMD), 0, "first " PRESET_CMD ": '%s'", out);
+    cr_assert(summary(&specs, &archs, &compiled, &cached, &failed), "no summary in '%s'", out);
+    const int entries = specs * archs;
+    cr_expect(archs == 2 && specs >= 19, "first " PRESET_CMD ": the dsv4-flash preset has the "
+              "plan, 16 attention and 2 output projection specs, for 2 archs: '%s'", out);
+    cr_expect(compiled == entries && cached == 0 && failed == 0,
+              "first " PRESET_CMD ": expected %d compiled, got '%s'", entries, out);
+    cr_assert_eq(run_cli(PRESET_CMD), 0, "second " PRESET_CMD ": '%s'", out);
+    cr_assert(summary(&specs, &archs, &compiled, &cached, &failed), "no summary in '%s'", out);
+    cr_expect(compiled == 0 && cached == entries && failed == 0,
+              "second " PRESET_CMD ": expected %d cached, got '%s'", entries, out);
+
+    char want[32];
     cr_assert_eq(run_cli("cache list"), 0, "cache list: '%s'", out);
     cr_expect_eq(count_lines_with(out, "dsv4_attention_plan"), 2, "cache list: '%s'", out);
     cr_expect(strstr(out, "sm_90a") && strstr(out, "sm_100a"), "cache list: archs in '%s'", out);
-    cr_expect(strstr(out, "2 entries") != NULL, "cache list: expected 2 entries, got '%s'", out);
+    snprintf(want, sizeof want, "%d entries", entries);
+    cr_expect(strstr(out, want) != NULL, "cache list: expected %s, got '%s'", want, out);
     cr_assert_eq(run_cli("cache verify"), 0, "cache verify of an intact cache: '%s'", out);
 
-    char names[8][80], path[4096];
-    cr_assert_eq(list_entries(names, 8), 2, "expected 2 entry files in %s", cache_dir);
+    char names[64][80], path[4096];
+    cr_assert_eq(list_entries(names, 64), entries, "expected %d entry files in %s", entries,
+                 cache_dir);
     snprintf(path, sizeof path, "%s/%s", cache_dir, names[0]);
     FILE *f = fopen(path, "r+b");
     cr_assert_not_null(f, "cannot open %s", path);
@@ -166,10 +182,12 @@ Test(cli, precompile_then_cache_list_verify_prune) {
     cr_expect_eq(access(path, F_OK), -1, "cache prune: %s still exists", path);
     cr_expect_eq(run_cli("cache verify"), 0, "cache verify after prune: '%s'", out);
     cr_expect_eq(run_cli("cache list"), 0, "cache list after prune: '%s'", out);
-    cr_expect(strstr(out, "1 entries") != NULL, "cache list after prune: got '%s'", out);
+    snprintf(want, sizeof want, "%d entries", entries - 1);
+    cr_expect(strstr(out, want) != NULL, "cache list after prune: expected %s, got '%s'", want,
+              out);
 
     cr_assert_eq(run_cli("cache prune --all"), 0, "cache prune --all: '%s'", out);
-    cr_expect_eq(list_entries(names, 8), 0, "cache prune --all left entries in %s", cache_dir);
+    cr_expect_eq(list_entries(names, 64), 0, "cache prune --all left entries in %s", cache_dir);
 }
 
 Test(cli, spec_file_object_form) {
