@@ -95,7 +95,8 @@ static int fm_setup(bench_ctx *ctx, const fm_shape *sh, fm_bufs *f) {
     mla_get_metadata_args_init(&f->meta);
     f->meta.num_q_tokens_per_head_k = sh->s_q * sh->h_q, f->meta.num_heads_k = 1;
     f->meta.is_fp8_kvcache = sh->kv == MLA__FLASHMLA_KV_FP8;
-    fm_tensor(&f->tseq, 0, dev, 1, f->vec, (DLDataType){kDLInt, 32, 1});
+    BENCH_CU(rt, cuMemAlloc(&f->seq, (size_t)sh->b * 4)); /* the shape query checks it */
+    fm_tensor(&f->tseq, f->seq, dev, 1, f->vec, (DLDataType){kDLInt, 32, 1});
     f->meta.cache_seqlens = &f->tseq;
     if (mla_get_metadata_shape(rt, &f->meta, f->sch, f->spl) != MLA_OK)
         return bench_case_fail(sh->name, "mla_get_metadata_shape");
@@ -104,7 +105,6 @@ static int fm_setup(bench_ctx *ctx, const fm_shape *sh, fm_bufs *f) {
     BENCH_CU(rt, cuMemAlloc(&f->q, q_bytes));
     BENCH_CU(rt, cuMemAlloc(&f->k, k_bytes));
     BENCH_CU(rt, cuMemAlloc(&f->bt, (size_t)sh->b * pages * 4));
-    BENCH_CU(rt, cuMemAlloc(&f->seq, (size_t)sh->b * 4));
     BENCH_CU(rt, cuMemAlloc(&f->sched, (size_t)f->sch[0] * 32));
     BENCH_CU(rt, cuMemAlloc(&f->splits, (size_t)(sh->b + 1) * 4));
     BENCH_CU(rt, cuMemAlloc(&f->out, (size_t)rows * sh->b * 512 * 2));
