@@ -1,5 +1,5 @@
-// fp8 (float8_e4m3fn) and ue8m0 codes, the SfAtom scale layout and group-32 quantization
-// (spec/dsv4.md §2.0, §2.2, §3.3, A3, §5).
+// fp8 (float8_e4m3fn) and ue8m0 codes, the SfAtom scale layout and group quantization (mxq)
+// (spec/dsv4.md §2.0, §2.2, §3.1, §3.3, A3, §5), for every DSV4 kernel.
 //
 //   e4m3     1 sign, 4 exponent (bias 7), 3 mantissa bits; max 448, subnormal step 2^-9,
 //            0x7F / 0xFF NaN (never produced here). Encoding is RNE and saturating
@@ -8,6 +8,8 @@
 //   scale    of a group with absolute maximum amax (A3, the official act_quant):
 //              e = ceil(log2(max(amax, 1e-4) / 448)), clamped to [-127, 127]; byte e + 127;
 //            the group's values are stored as e4m3(v * 2^-e) and decode to e4m3 * 2^e.
+//   mxq(v)   e4m3(v * 2^-e) * 2^e over each group (groups of 32 along K for activations, of 64
+//            for a KV row's NoPE tiles).
 //   SfAtom   (CUTLASS SM100 block-scaled, K-major) byte of weight row n, K block kb = k / 32,
 //            KB = K / 32 blocks per row:
 //              ((n / 128) * ceil(KB / 4) + kb / 4) * 512 + (n % 32) * 16 + ((n % 128) / 32) * 4
@@ -20,6 +22,8 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include "common/warp.cuh"
 
 namespace mla {
 namespace fp8 {
@@ -69,12 +73,13 @@ __device__ __forceinline__ float ue8m0_decode(unsigned int b) {
 // The exponent e = ceil(log2(max(amax, 1e-4) / 448)) of a group's scale, clamped to [-127, 127],
 // computed exactly from the bits: with max(amax, 1e-4) = 1.m * 2^E and 448 = 1.75 * 2^8,
 // amax / 448 = (1.m / 1.75) * 2^(E - 8) where 1.m / 1.75 lies in (0.57, 1.15), so e = E - 8, plus
-// one when 1.m > 1.75 (mantissa bits above 0x600000). amax must be >= 0 (an absolute value).
+// one when 1.m > 1.75 (mantissa bits above 0x600000). amax must be >= 0 (an absolute value; NaN
+// counts as 0). Finite amax gives e in [-22, 120]; amax = +inf gives the clamp, 127.
 __device__ __forceinline__ int ue8m0_exponent(float amax) {
     const unsigned int bits = __float_as_uint(fmaxf(amax, 1e-4f));
+    if (bits >= 0x7f800000u) return 127;
     const int E = (int)(bits >> 23) - 127;
-    int e = E - 8 + ((bits & 0x7fffffu) > 0x600000u ? 1 : 0);
-    return e < -127 ? -127 : (e > 127 ? 127 : e);
+    return E - 8 + ((bits & 0x7fffffu) > 0x600000u ? 1 : 0);
 }
 
 // ---- SfAtom -----------------------------------------------------------------------------------
@@ -85,42 +90,59 @@ __device__ __forceinline__ long long sfatom_offset(long long n, long long kb, lo
     return ((n / 128) * k_atoms + kb / 4) * 512 + (n % 32) * 16 + ((n % 128) / 32) * 4 + kb % 4;
 }
 
-// ---- group-32 quantization --------------------------------------------------------------------
+// ---- group quantization ----------------------------------------------------------------------
 
-// Maximum of v over each aligned group of kLanes consecutive lanes (a power of two <= 32). Every
-// lane of the warp must call it.
-template <int kLanes>
-__device__ __forceinline__ float group_max(float v) {
+// e4m3(v * 2^-e) of n values (n % 4 == 0) as n / 4 words, byte i % 4 of q[i / 4] from v[i].
+template <int n>
+__device__ __forceinline__ void encode_e4m3(const float (&v)[n], int e, unsigned int (&q)[n / 4]) {
+    static_assert(n % 4 == 0, "whole 32-bit words");
+    const float inv = exp2i(-e);
 #pragma unroll
-    for (int o = 1; o < kLanes; o <<= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
+    for (int i = 0; i < n / 4; ++i)
+        q[i] = pack_e4m3x4(v[4 * i] * inv, v[4 * i + 1] * inv, v[4 * i + 2] * inv,
+                           v[4 * i + 3] * inv);
 }
 
-// Quantizes a group of 32 values held by the 32 / kVals lanes of an aligned lane group, kVals
-// each (kVals = 16: lanes 2k, 2k+1 hold a row's 32 consecutive values; kVals = 8: the 4 lanes of
-// an mma.m16n8 accumulator row hold a 32-column group; which lane holds which value does not
-// matter). Writes the lane's e4m3 bytes, byte i % 4 of q[i / 4] from v[i], and returns the
-// group's ue8m0 byte. kVals is a multiple of 4 dividing 32; every lane of the warp calls it.
-template <int kVals>
-__device__ __forceinline__ unsigned int quantize_group32(const float (&v)[kVals],
-                                                         unsigned int (&q)[kVals / 4]) {
-    static_assert(kVals % 4 == 0 && 32 % kVals == 0, "4..32 values per lane");
+// e4m3 * 2^e of n bytes (n / 4 words, byte i % 4 of q[i / 4] to v[i]), exactly for real data.
+template <int n>
+__device__ __forceinline__ void decode_e4m3(const unsigned int (&q)[n / 4], int e, float (&v)[n]) {
+    static_assert(n % 4 == 0, "whole 32-bit words");
+    const float s = exp2i(e);
+#pragma unroll
+    for (int i = 0; i < n / 4; ++i) {
+        const float2 a = unpack_e4m3x2((unsigned short)(q[i] & 0xffffu));
+        const float2 b = unpack_e4m3x2((unsigned short)(q[i] >> 16));
+        v[4 * i] = a.x * s, v[4 * i + 1] = a.y * s, v[4 * i + 2] = b.x * s, v[4 * i + 3] = b.y * s;
+    }
+}
+
+// Quantizes a group of kGroup values held by the kGroup / kVals lanes of an aligned lane group,
+// kVals each (kGroup = 32, kVals = 32: one lane holds the group; kVals = 16: lanes 2k, 2k+1 hold
+// a row's 32 consecutive values; kVals = 8: the 4 lanes of an mma.m16n8 accumulator row hold a
+// 32-column group; kGroup = 64, kVals = 16: 4 lanes share a 64-wide KV tile; which lane holds
+// which value does not matter). Writes the lane's e4m3 bytes, byte i % 4 of q[i / 4] from v[i],
+// and returns the group's ue8m0 byte. kVals is a multiple of 4 dividing kGroup, kGroup / kVals
+// a power of two <= 32; every lane of the warp calls it.
+template <int kGroup, int kVals>
+__device__ __forceinline__ unsigned int quantize_group(const float (&v)[kVals],
+                                                       unsigned int (&q)[kVals / 4]) {
+    static_assert(kVals % 4 == 0 && kGroup % kVals == 0 && kGroup / kVals <= 32,
+                  "4.. values per lane, at most 32 lanes per group");
     float amax = 0.f;
 #pragma unroll
     for (int i = 0; i < kVals; ++i) amax = fmaxf(amax, fabsf(v[i]));
-    amax = group_max<32 / kVals>(amax);
+    amax = group_max<kGroup / kVals>(amax);
     const int e = ue8m0_exponent(amax);
-    const float inv = exp2i(-e);
-#pragma unroll
-    for (int i = 0; i < kVals / 4; ++i)
-        q[i] = pack_e4m3x4(v[4 * i] * inv, v[4 * i + 1] * inv, v[4 * i + 2] * inv,
-                           v[4 * i + 3] * inv);
+    encode_e4m3<kVals>(v, e, q);
     return (unsigned int)(e + 127);
 }
 
-// bf16(x) as a float (RNE), the rounding of every bf16 result.
-__device__ __forceinline__ float round_bf16(float x) {
-    return __bfloat162float(__float2bfloat16_rn(x));
+// In place: v <- mxq(v) = e4m3(v * 2^-e) * 2^e over the group (lanes as in quantize_group).
+template <int kGroup, int kVals>
+__device__ __forceinline__ void mxq(float (&v)[kVals]) {
+    unsigned int q[kVals / 4];
+    const int e = (int)quantize_group<kGroup, kVals>(v, q) - 127;
+    decode_e4m3<kVals>(q, e, v);
 }
 
 }  // namespace fp8

@@ -5,19 +5,25 @@
 //   for r < BM, c < BN, k < k_len,
 //
 // A     either bf16 (AKind::kBf16): element (m, k) at a[m * lda + k],
+//       or bf16 replaced by mxq(A) (AKind::kBf16Mxq): the same bf16 A, quantized group-32 along
+//       K (e4m3 / ue8m0, common/fp8.cuh) in shared memory before the MMAs (exact in bf16),
 //       or fp8 e4m3 with group-32 ue8m0 scales (AKind::kFp8): byte (m, k) at a[m * lda + k], the
 //       scale of A(m, 32j .. 32j + 31) at a_sf[m * lda_sf + j] (row-major [M, K / 32]);
 //       rows m0 + r with r >= m_valid are never read and count as zero;
-// Wd    fp8 e4m3 W (byte (n, k) at w[n * ldw + k]) times its ue8m0 scales in SfAtom order over
-//       the whole W (w_kb = W's K / 32 blocks per row; see common/fp8.cuh), all BN rows valid.
+// Wd    either fp8 e4m3 W (WKind::kFp8, byte (n, k) at w[n * ldw + k]) times its ue8m0 scales in
+//       SfAtom order over the whole W (w_kb = W's K / 32 blocks per row; see common/fp8.cuh),
+//       or bf16 W (WKind::kBf16, element (n, k) at byte w + n * ldw + 2 k, no scales);
+//       all BN rows valid.
 //
 // Method (PTX wrappers: common/ptx_mma.cuh): a kStages-deep cp.async pipeline brings raw K-steps
 // of BK = 128 (one SfAtom K-atom: four scales per row, one 32-bit word) into shared memory; each
 // K-step's fp8 tiles are dequantized to bf16 tiles in shared memory (exact: e4m3 x ue8m0 values
-// are bf16 values), then every warp runs ldmatrix + mma.sync.m16n8k16 bf16 over its
-// kWarpM x kWarpN sub-tile. bf16 A is copied into the
-// stage already in the tile layout and multiplied from there. bf16 tiles are [rows][128] with
-// 16-byte chunk c of row r stored at chunk c ^ (r % 8) (conflict-free ldmatrix).
+// are bf16 values), kBf16Mxq A is replaced in its stage by mxq(A), then every warp runs
+// ldmatrix + mma.sync.m16n8k16 bf16 over its kWarpM x kWarpN sub-tile: for each 16-wide k of
+// the K-step in order, one MMA per (m16, n8) tile, so each accumulator sums its K in ascending
+// order whatever the tile shape. bf16 operands are copied into the stage already in the tile
+// layout and multiplied from there. bf16 tiles are [rows][128] with 16-byte chunk c of row r
+// stored at chunk c ^ (r % 8) (conflict-free ldmatrix).
 //
 // Use (inside any kernel whose block has exactly Cfg::kThreads threads, e.g. a persistent loop
 // over tiles): every thread calls mma_tile<Cfg>(ops, m0, n0, m_valid, smem, acc) with the same
@@ -30,6 +36,7 @@
 
 #include <cuda_bf16.h>
 
+#include "common/bf16.cuh"
 #include "common/fp8.cuh"
 #include "common/ptx_mma.cuh"
 
@@ -43,14 +50,18 @@ __device__ __forceinline__ unsigned int dynamic_smem_bytes() {
     return n;
 }
 
-enum class AKind { kBf16, kFp8 };
+enum class AKind { kBf16, kBf16Mxq, kFp8 };
+enum class WKind { kFp8, kBf16 };
 
-// Tile shape, warp grid and pipeline depth. Cfg::kSmemBytes is the shared memory mma_tile needs.
-template <int kBM_, int kBN_, int kWarpsM_, int kWarpsN_, int kStages_, AKind kA_>
+// Tile shape, warp grid, pipeline depth and operand kinds. Cfg::kSmemBytes is the shared memory
+// mma_tile needs.
+template <int kBM_, int kBN_, int kWarpsM_, int kWarpsN_, int kStages_, AKind kA_,
+          WKind kW_ = WKind::kFp8>
 struct Config {
     static constexpr int kBM = kBM_, kBN = kBN_, kWarpsM = kWarpsM_, kWarpsN = kWarpsN_;
     static constexpr int kStages = kStages_;
     static constexpr AKind kA = kA_;
+    static constexpr WKind kW = kW_;
     static constexpr int kBK = 128;                      // one SfAtom K-atom
     static constexpr int kThreads = kWarpsM * kWarpsN * 32;
     static constexpr int kWarpM = kBM / kWarpsM, kWarpN = kBN / kWarpsN;
@@ -58,26 +69,27 @@ struct Config {
     static_assert(kBM % (16 * kWarpsM) == 0, "warp rows: a multiple of 16");
     static_assert(kBN % (16 * kWarpsN) == 0, "warp columns: a multiple of 16 (ldmatrix.x4 pairs)");
     static_assert(kStages >= 2, "at least double buffering");
-    // One pipeline stage: raw A (bf16 in tile layout, or fp8 bytes), A scales, W bytes, W scales.
+    // One pipeline stage: raw A (bf16 in tile layout, or fp8 bytes), A scales, raw W (likewise),
+    // W scales.
     static constexpr int kARawBytes = kA == AKind::kFp8 ? kBM * kBK : kBM * kBK * 2;
     static constexpr int kASfBytes = kA == AKind::kFp8 ? kBM * 4 : 0;
-    static constexpr int kWRawBytes = kBN * kBK;
-    static constexpr int kWSfBytes = kBN * 4;
+    static constexpr int kWRawBytes = kW == WKind::kFp8 ? kBN * kBK : kBN * kBK * 2;
+    static constexpr int kWSfBytes = kW == WKind::kFp8 ? kBN * 4 : 0;
     static constexpr int kStageBytes = kARawBytes + kASfBytes + kWRawBytes + kWSfBytes;
     static_assert(kStageBytes % 128 == 0, "stages stay 128-byte aligned");
-    // The bf16 tiles the MMAs read (bf16 A reads its stage directly).
+    // The bf16 tiles the MMAs read (bf16 operands are read in their stage).
     static constexpr int kATileBytes = kA == AKind::kFp8 ? kBM * kBK * 2 : 0;
-    static constexpr int kWTileBytes = kBN * kBK * 2;
+    static constexpr int kWTileBytes = kW == WKind::kFp8 ? kBN * kBK * 2 : 0;
     static constexpr int kSmemBytes = kStages * kStageBytes + kATileBytes + kWTileBytes;
 };
 
 // Where the operands are; see the top of the file.
 struct Operands {
     const void *a;
-    const unsigned char *a_sf;   // kFp8 only
+    const unsigned char *a_sf;   // AKind::kFp8 only
     long long lda, lda_sf;       // A row stride in elements, scale row stride in bytes
     const unsigned char *w;
-    const unsigned char *w_sf;   // SfAtom over the whole W
+    const unsigned char *w_sf;   // SfAtom over the whole W (WKind::kFp8 only)
     long long ldw;               // W row stride in bytes
     int w_kb;                    // W's K / 32 (the SfAtom's blocks per row)
     int w_k0;                    // first W column of the tile's K range
@@ -142,8 +154,11 @@ struct Smem {
         if constexpr (Cfg::kA == AKind::kFp8) return base + Cfg::kStages * Cfg::kStageBytes;
         return stage(s);
     }
-    __device__ __forceinline__ unsigned char *w_tile() const {
-        return base + Cfg::kStages * Cfg::kStageBytes + Cfg::kATileBytes;
+    // The bf16 W tile the MMAs read: stage s itself for bf16 W.
+    __device__ __forceinline__ unsigned char *w_tile(int s) const {
+        if constexpr (Cfg::kW == WKind::kFp8)
+            return base + Cfg::kStages * Cfg::kStageBytes + Cfg::kATileBytes;
+        return w_raw(s);
     }
 };
 
@@ -177,14 +192,22 @@ __device__ __forceinline__ void load_stage(const Operands &op, const Smem<Cfg> &
         }
     }
     const long long wk = op.w_k0 + k;
-    for (int i = tid; i < Cfg::kBN * 8; i += Cfg::kThreads) {
-        const int r = i / 8, c = i % 8;
-        mla::cp_async_16(sm.w_raw(s) + r * 128 + c * 16,
-                         op.w + (n0 + r) * op.ldw + wk + c * 16, true);
+    if constexpr (Cfg::kW == WKind::kFp8) {
+        for (int i = tid; i < Cfg::kBN * 8; i += Cfg::kThreads) {
+            const int r = i / 8, c = i % 8;
+            mla::cp_async_16(sm.w_raw(s) + r * 128 + c * 16,
+                             op.w + (n0 + r) * op.ldw + wk + c * 16, true);
+        }
+        for (int r = tid; r < Cfg::kBN; r += Cfg::kThreads)
+            mla::cp_async_4(sm.w_sf(s) + r,
+                            op.w_sf + fp8::sfatom_offset(n0 + r, wk / 32, op.w_kb), true);
+    } else {
+        for (int i = tid; i < Cfg::kBN * 16; i += Cfg::kThreads) {
+            const int r = i / 16, c = i % 16;
+            mla::cp_async_16(sm.w_raw(s) + tile_offset(r, c),
+                             op.w + (n0 + r) * op.ldw + (wk + c * 8) * 2, true);
+        }
     }
-    for (int r = tid; r < Cfg::kBN; r += Cfg::kThreads)
-        mla::cp_async_4(sm.w_sf(s) + r,
-                        op.w_sf + fp8::sfatom_offset(n0 + r, wk / 32, op.w_kb), true);
 }
 
 // Dequantizes a raw fp8 [rows][128] tile with one 32-bit word of four ue8m0 scales per row
@@ -209,6 +232,25 @@ __device__ __forceinline__ void dequant_tile(const unsigned char *raw, const uns
             make_uint4(out[0], out[1], out[2], out[3]);
         *reinterpret_cast<uint4 *>(tile + tile_offset(r, 2 * c + 1)) =
             make_uint4(out[4], out[5], out[6], out[7]);
+    }
+}
+
+// In place: the bf16 A tile's rows r < m_valid become mxq(A), one 32-wide group (4 chunks) per
+// thread and step (rows past m_valid are zero and stay so).
+template <int kRows, int kThreads>
+__device__ __forceinline__ void mxq_tile(unsigned char *tile, int m_valid) {
+    for (int i = (int)threadIdx.x; i < kRows * 4; i += kThreads) {
+        const int r = i / 4, g = i % 4;                   // columns 32g..32g+31
+        if (r >= m_valid) continue;
+        float v[32];
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+            unpack_bf16x8(*reinterpret_cast<const uint4 *>(tile + tile_offset(r, 4 * g + c)),
+                          v + 8 * c);
+        fp8::mxq<32, 32>(v);
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+            *reinterpret_cast<uint4 *>(tile + tile_offset(r, 4 * g + c)) = pack_bf16x8(v + 8 * c);
     }
 }
 
@@ -266,9 +308,13 @@ __device__ __forceinline__ void mma_tile(const Operands &op, int m0, int n0, int
         mla::cp_async_commit();
         if constexpr (Cfg::kA == AKind::kFp8)
             dequant_tile<Cfg::kBM, Cfg::kThreads>(sm.a_raw(s), sm.a_sf(s), sm.a_tile(s));
-        dequant_tile<Cfg::kBN, Cfg::kThreads>(sm.w_raw(s), sm.w_sf(s), sm.w_tile());
-        __syncthreads();
-        if (warp_has_rows) mma_step<Cfg>(sm.a_tile(s), sm.w_tile(), acc);
+        if constexpr (Cfg::kA == AKind::kBf16Mxq)
+            mxq_tile<Cfg::kBM, Cfg::kThreads>(sm.a_tile(s), m_valid);
+        if constexpr (Cfg::kW == WKind::kFp8)
+            dequant_tile<Cfg::kBN, Cfg::kThreads>(sm.w_raw(s), sm.w_sf(s), sm.w_tile(s));
+        if constexpr (Cfg::kA != AKind::kBf16 || Cfg::kW != WKind::kBf16)
+            __syncthreads();                      // the converted tiles are complete
+        if (warp_has_rows) mma_step<Cfg>(sm.a_tile(s), sm.w_tile(s), acc);
     }
     mla::cp_async_wait<0>();
     __syncthreads();

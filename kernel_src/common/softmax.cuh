@@ -9,6 +9,8 @@
 //                                  m'' = max(m, z log2 e)    (0 if the denominator is 0)
 #pragma once
 
+#include "common/warp.cuh"
+
 namespace mla {
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -46,20 +48,6 @@ __device__ __forceinline__ float softmax_out_scale(float m, float l, bool has_si
     const float a = exp2_fast(m - mm);
     const float den = l * a + exp2_fast(z - mm);
     return den > 0.0f ? a / den : 0.0f;
-}
-
-// Max and sum over the lanes of aligned groups of `width` lanes (a power of two <= 32).
-template <int width>
-__device__ __forceinline__ float group_max(float v) {
-#pragma unroll
-    for (int o = width / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-template <int width>
-__device__ __forceinline__ float group_sum(float v) {
-#pragma unroll
-    for (int o = width / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
 }
 
 }  // namespace mla

@@ -11,7 +11,7 @@
 //
 // Constants: QL 1024 (q_lora), KVL 512, 64 heads x 512 dims (448 NoPE + 64 RoPE), ring 128.
 //
-// Phase 1 (tiles of 64 tokens x 64 outputs, GEMM of common/mx_gemm.cuh):
+// Phase 1 (tiles of 64 tokens x 64 outputs, GEMM of common/gemm.cuh):
 //   qa[t]      = bf16(mxq(x[t]) @ Wd_qa^T)          [T, 1024] bf16  (workspace qa)
 //   kv[t]      = bf16(mxq(x[t]) @ Wd_kv^T)          [T, 512]  bf16  (workspace kv)
 //   HCA: g[t]  = x[t] @ wkv_gate^T (fp32)           [T, 1024] fp32  (workspace kv_gate)
@@ -55,9 +55,9 @@
 #include <cuda_bf16.h>
 
 #include "common/bf16.cuh"
+#include "common/fp8.cuh"
+#include "common/gemm.cuh"
 #include "common/grid_barrier.cuh"
-#include "common/mx_gemm.cuh"
-#include "common/mxfp8_attn.cuh"
 #include "common/ptx_mma.cuh"
 #include "common/rope.cuh"
 #include "common/softmax.cuh"
@@ -116,7 +116,7 @@ struct Params {
 
 // In place: v = bf16(rmsnorm(v) * gain); then the RoPE lanes (28..31, dims 448..511) get
 // v = bf16(rope(v, f_row)).
-__device__ __forceinline__ void norm_gain_rope_row(float v[16], const __nv_bfloat16 *gain,
+__device__ __forceinline__ void norm_gain_rope_row(float (&v)[16], const __nv_bfloat16 *gain,
                                                    float eps, const float *f_row, int lane) {
     float ss = 0.0f;
 #pragma unroll
@@ -138,32 +138,34 @@ __device__ __forceinline__ void norm_gain_rope_row(float v[16], const __nv_bfloa
 // NoPE values each (4 lanes per 64-wide tile share its ue8m0 scale), lanes 28..31 store 16 bf16
 // RoPE values each, lane 0 writes the 8-byte scale slot (pad byte 0, A8).
 __device__ __forceinline__ void write_kv_row(unsigned char *cache, long long page_bytes,
-                                             int block_shift, int slot, const float v[16],
+                                             int block_shift, int slot, const float (&v)[16],
                                              int lane) {
     unsigned char *base = cache + (long long)(slot >> block_shift) * page_bytes;
     const int row = slot & ((1 << block_shift) - 1);
     unsigned char *data = base + row * kRowBytes;
     unsigned char *scales = base + ((long long)kRowBytes << block_shift) + row * kSlotBytes;
-    float amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 16; ++i) amax = fmaxf(amax, fabsf(v[i]));
-    amax = group_max<4>(amax);
-    const int e = ue8m0_exponent(amax);
-    if (lane < kNope / 16) {
-        unsigned q[4];
-        e4m3_encode<16>(v, e, q);
+    unsigned q[4];
+    const unsigned sf = fp8::quantize_group<64, 16>(v, q);  // all lanes (RoPE lanes: unused)
+    if (lane < kNope / 16)
         *reinterpret_cast<uint4 *>(data + lane * 16) = make_uint4(q[0], q[1], q[2], q[3]);
-    } else {
+    else
         store_bf16<16>(data + kNope + (lane - kNope / 16) * 32, v);
-    }
     unsigned long long slot8 = 0;
 #pragma unroll
     for (int c = 0; c < kNope / 64; ++c)
-        slot8 |= (unsigned long long)__shfl_sync(0xffffffffu, e + 127, 4 * c) << (8 * c);
+        slot8 |= (unsigned long long)__shfl_sync(0xffffffffu, sf, 4 * c) << (8 * c);
     if (lane == 0) *reinterpret_cast<unsigned long long *>(scales) = slot8;
 }
 
 // ---- phase 1: projections ------------------------------------------------------------------
+
+// The three GEMM kinds: 64 x 64 tiles, 2 x 4 warps of 32 x 16, a 3-stage pipeline.
+template <gemm::AKind kA, gemm::WKind kW = gemm::WKind::kFp8>
+using TileCfg = gemm::Config<64, 64, 2, 4, 3, kA, kW>;
+using CfgQkv = TileCfg<gemm::AKind::kBf16Mxq>;                     // mxq(x) @ Wd_qa^T, Wd_kv^T
+using CfgGate = TileCfg<gemm::AKind::kBf16, gemm::WKind::kBf16>;   // x @ wkv_gate^T
+using CfgQb = TileCfg<gemm::AKind::kBf16>;                         // qr @ Wd_qb^T
+constexpr int kBM = CfgQkv::kBM, kBN = CfgQkv::kBN;
 
 struct StoreBf16 {
     __nv_bfloat16 *out;
@@ -180,38 +182,64 @@ struct StoreF32 {
     }
 };
 
+// The tile (m0, n0) of A @ W^T over K, A bf16 [T, K] (row stride lda) and W [N, K] (fp8 with
+// SfAtom scales, or bf16): each pair of adjacent outputs (m, n), (m, n + 1) with m < T goes to
+// store(m, n, v0, v1). Ends with the block synchronized (smem free).
+template <class Cfg, class Store>
+__device__ void gemm_tile(const Params &p, const __nv_bfloat16 *a, long long lda,
+                          const unsigned char *w, const unsigned char *w_sf, int k, int m0,
+                          int n0, unsigned char *smem, Store store) {
+    using Acc = gemm::Accum<Cfg>;
+    constexpr int kWBytes = Cfg::kW == gemm::WKind::kFp8 ? 1 : 2;
+    gemm::Operands op;
+    op.a = a, op.a_sf = nullptr, op.lda = lda, op.lda_sf = 0;
+    op.w = w, op.w_sf = w_sf, op.ldw = (long long)k * kWBytes, op.w_kb = k / 32, op.w_k0 = 0;
+    op.k_len = k;
+    const int rows = min(p.T - m0, Cfg::kBM);
+    Acc acc;
+    gemm::mma_tile<Cfg>(op, m0, n0, rows, smem, acc);
+#pragma unroll
+    for (int mt = 0; mt < Cfg::kMT; ++mt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int r = Acc::row(mt, half);
+            if (r >= rows) continue;
+#pragma unroll
+            for (int nt = 0; nt < Cfg::kNT; ++nt)
+                store(m0 + r, n0 + Acc::col(nt, 0), acc.c[mt][nt][2 * half],
+                      acc.c[mt][nt][2 * half + 1]);
+        }
+}
+
 // Output tile n0 of the joint [wq_a; wkv] projection (N = 1536) for tokens m0..m0+63.
 template <int kH>
 __device__ void qkv_tile(const Params &p, int m0, int n0, unsigned char *smem) {
-    const bool is_q = n0 < kQL;
-    const int n = is_q ? n0 : n0 - kQL;
-    const mxgemm::Operands op = {p.x, p.x_stride, p.T, is_q ? p.wq_a : p.wkv,
-                                 is_q ? p.wq_a_sf : p.wkv_sf, kH};
-    if (is_q)
-        mxgemm::gemm_tile<true, true>(op, m0, n, smem, StoreBf16{p.qa, kQL});
+    if (n0 < kQL)
+        gemm_tile<CfgQkv>(p, p.x, p.x_stride, p.wq_a, p.wq_a_sf, kH, m0, n0, smem,
+                          StoreBf16{p.qa, kQL});
     else
-        mxgemm::gemm_tile<true, true>(op, m0, n, smem, StoreBf16{p.kv, kKVL});
+        gemm_tile<CfgQkv>(p, p.x, p.x_stride, p.wkv, p.wkv_sf, kH, m0, n0 - kQL, smem,
+                          StoreBf16{p.kv, kKVL});
 }
 
 // Output tile n0 of the kv_gate projection (bf16 x bf16, fp32 out, no quantization: A14).
 template <int kH>
 __device__ void gate_tile(const Params &p, int m0, int n0, unsigned char *smem) {
-    const mxgemm::Operands op = {p.x, p.x_stride, p.T,
-                                 reinterpret_cast<const unsigned char *>(p.wkv_gate), nullptr, kH};
-    mxgemm::gemm_tile<false, false>(op, m0, n0, smem, StoreF32{p.kv_gate, 2 * kKVL});
+    gemm_tile<CfgGate>(p, p.x, p.x_stride, reinterpret_cast<const unsigned char *>(p.wkv_gate),
+                       nullptr, kH, m0, n0, smem, StoreF32{p.kv_gate, 2 * kKVL});
 }
 
 template <int kH, bool kHca>
 __device__ void phase_projections(const Params &p, unsigned char *smem) {
-    const int mt = (p.T + mxgemm::kBM - 1) / mxgemm::kBM;
-    constexpr int n_qkv = (kQL + kKVL) / mxgemm::kBN;
-    constexpr int n_gate = kHca ? 2 * kKVL / mxgemm::kBN : 0;
+    const int mt = (p.T + kBM - 1) / kBM;
+    constexpr int n_qkv = (kQL + kKVL) / kBN;
+    constexpr int n_gate = kHca ? 2 * kKVL / kBN : 0;
     for (int tile = blockIdx.x; tile < mt * (n_qkv + n_gate); tile += gridDim.x) {
-        const int nt = tile / mt, m0 = (tile % mt) * mxgemm::kBM;  // tokens fastest: W reuse
+        const int nt = tile / mt, m0 = (tile % mt) * kBM;  // tokens fastest: W reuse
         if (nt < n_qkv)
-            qkv_tile<kH>(p, m0, nt * mxgemm::kBN, smem);
+            qkv_tile<kH>(p, m0, nt * kBN, smem);
         else
-            gate_tile<kH>(p, m0, (nt - n_qkv) * mxgemm::kBN, smem);
+            gate_tile<kH>(p, m0, (nt - n_qkv) * kBN, smem);
     }
 }
 
@@ -229,7 +257,7 @@ __device__ void qr_row(const Params &p, int t, int lane) {
     load_bf16<32>(p.q_norm_w + lane * 32, w);
 #pragma unroll
     for (int i = 0; i < 32; ++i) v[i] = round_bf16(v[i] * r * w[i]);
-    mx_fake_quant<32>(v);
+    fp8::mxq<32, 32>(v);
     store_bf16<32>(p.qr + (long long)t * kQL + lane * 32, v);
 }
 
@@ -350,11 +378,11 @@ template <int kDraft, bool kHca>
 __device__ void phase_q_projection(const Params &p, unsigned char *smem) {
     if (kHca)
         for (int u = blockIdx.x; u < p.T; u += gridDim.x) ring_write<kDraft>(p, u);
-    const int mt = (p.T + mxgemm::kBM - 1) / mxgemm::kBM;
-    const mxgemm::Operands op = {p.qr, kQL, p.T, p.wq_b, p.wq_b_sf, kQL};
-    for (int tile = blockIdx.x; tile < mt * (kQCols / mxgemm::kBN); tile += gridDim.x) {
-        const int n0 = (tile / mt) * mxgemm::kBN, m0 = (tile % mt) * mxgemm::kBM;
-        mxgemm::gemm_tile<false, true>(op, m0, n0, smem, StoreBf16{p.q_or_x, kQCols});
+    const int mt = (p.T + kBM - 1) / kBM;
+    for (int tile = blockIdx.x; tile < mt * (kQCols / kBN); tile += gridDim.x) {
+        const int n0 = (tile / mt) * kBN, m0 = (tile % mt) * kBM;
+        gemm_tile<CfgQb>(p, p.qr, kQL, p.wq_b, p.wq_b_sf, kQL, m0, n0, smem,
+                         StoreBf16{p.q_or_x, kQCols});
     }
 }
 
@@ -462,7 +490,7 @@ __device__ void dequant_kv_tile(const unsigned char *raw, unsigned char *kv) {
             const int e = (int)raw[attn::kRows * kRowBytes + r * kSlotBytes + c / 4] - 127;
             const unsigned w[4] = {q.x, q.y, q.z, q.w};
             float v[16];
-            e4m3_decode<16>(w, e, v);
+            fp8::decode_e4m3<16>(w, e, v);
             store_bf16<16>(dst + c * 32, v);
         } else {
             *reinterpret_cast<uint4 *>(dst + kNope * 2 + (c - kNope / 16) * 16) = q;
@@ -637,16 +665,13 @@ __device__ void phase_attention(const Params &p, unsigned char *smem) {
 // ---- the kernel -----------------------------------------------------------------------------
 
 __host__ __device__ constexpr int cmax(int a, int b) { return a > b ? a : b; }
+constexpr int kGemmSmemBytes =
+    cmax(cmax(CfgQkv::kSmemBytes, CfgGate::kSmemBytes), CfgQb::kSmemBytes);
 constexpr int kSmemBytes =
-    cmax(cmax(mxgemm::kSmemBytes, attn::kSmemBytes), 128 * 4 + kKVL * 4 /* compressor */);
+    cmax(cmax(kGemmSmemBytes, attn::kSmemBytes), 128 * 4 + kKVL * 4 /* compressor */);
 static_assert(kSmemBytes <= kSmemBudget, "raise DSV4_ATTN_SMEM in runtime/dsv4_attention.c");
-static_assert(mxgemm::kThreads == kThreads, "one block size");
-
-__device__ __forceinline__ unsigned dynamic_smem_size() {
-    unsigned v;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(v));
-    return v;
-}
+static_assert(CfgQkv::kThreads == kThreads && CfgGate::kThreads == kThreads &&
+                  CfgQb::kThreads == kThreads, "one block size");
 
 template <int kH, int kPage, int kDraft, int kHca>
 __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const Params p) {
@@ -654,7 +679,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const Params p) 
     static_assert(kPage > 0 && (kPage & (kPage - 1)) == 0, "page_size: a power of two");
     static_assert(kDraft >= 0 && (kHca == 0 || kHca == 1), "draft_tokens >= 0, hca 0 or 1");
     extern __shared__ __align__(128) unsigned char smem[];
-    if (p.params_bytes != (int)sizeof(Params) || dynamic_smem_size() < (unsigned)kSmemBytes)
+    if (p.params_bytes != (int)sizeof(Params) || gemm::dynamic_smem_bytes() < (unsigned)kSmemBytes)
         __trap();  // the host's argument struct or smem size drifted from this file
     phase_projections<kH, kHca != 0>(p, smem);
     grid_barrier(p.bank + 0);

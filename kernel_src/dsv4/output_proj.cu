@@ -50,6 +50,7 @@
 //   bank       uint32 words: [0] ticket counter, [32 + m] ready[m] (units done of m-tile m)
 #include <cuda_bf16.h>
 
+#include "common/bf16.cuh"
 #include "common/fp8.cuh"
 #include "common/gemm.cuh"
 #include "common/pdl.cuh"
@@ -200,9 +201,9 @@ __device__ __forceinline__ void quantize_unit(const ArgsA &a, long long u, int l
         load_o(a, t, h, lane, v);
     inverse_rope(a, t, lane, v);
 #pragma unroll
-    for (int i = 0; i < 16; ++i) v[i] = fp8::round_bf16(v[i]);
+    for (int i = 0; i < 16; ++i) v[i] = round_bf16(v[i]);
     unsigned int q[4];
-    const unsigned int sf = fp8::quantize_group32<16>(v, q);
+    const unsigned int sf = fp8::quantize_group<32, 16>(v, q);
     const long long col = (long long)h * kHeadDim + 16 * lane;
     *reinterpret_cast<uint4 *>(a.act_q + t * kOCols + col) = make_uint4(q[0], q[1], q[2], q[3]);
     if (lane % 2 == 0) a.act_sf[t * (kOCols / 32) + col / 32] = (unsigned char)sf;
@@ -240,9 +241,9 @@ __device__ __forceinline__ void store_o_lora(const ArgsA &a, const gemm::Accum<C
                 float v[8];
 #pragma unroll
                 for (int j = 0; j < 8; ++j)
-                    v[j] = fp8::round_bf16(acc.c[mt][4 * g + j / 2][2 * half + j % 2]);
+                    v[j] = round_bf16(acc.c[mt][4 * g + j / 2][2 * half + j % 2]);
                 unsigned int q[2];
-                const unsigned int sf = fp8::quantize_group32<8>(v, q);   // all lanes
+                const unsigned int sf = fp8::quantize_group<32, 8>(v, q);  // all lanes
                 if (!ok) continue;
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
