@@ -72,8 +72,6 @@ static mla_status check_metadata_scalars(const mla_runtime *rt, const mla_get_me
     MLA_ARG_CHECK(a->is_fp8_kvcache == 0 || a->is_fp8_kvcache == 1,
                   "is_fp8_kvcache: expected 0 or 1, got %d", a->is_fp8_kvcache);
     MLA_ARG_CHECK(a->topk >= 0, "topk: expected >= 0 (0: None), got %d", a->topk);
-    MLA_RETURN_ERROR_IF(a->topk > 0, MLA_ERR_NOT_SUPPORTED, "topk: sparse decode metadata "
-                        "(topk = %d) is not implemented yet", a->topk);
     MLA_ARG_CHECK(a->num_sm_parts >= 0 && a->num_sm_parts <= MAX_PARTS,
                   "num_sm_parts: expected 0 (from the device) or 1..%d, got %d", MAX_PARTS,
                   a->num_sm_parts);

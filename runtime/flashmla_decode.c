@@ -1,11 +1,14 @@
 /* FlashMLA-compatible dense decode: argument checks and dispatch of mla_flash_with_kvcache (the
- * decode kernel, then the split combine), its shape helper and the decode kind builder
- * (kernel_src/flashmla/decode.cu). */
+ * decode kernel, then the split combine), its shape helper and the decode kind builders
+ * (kernel_src/flashmla/decode.cu, the portable kernel; decode_sm90.cu, the wgmma kernel that
+ * sm_90a runs for 16-bit KV). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/flashmla_kinds.h"
+#include "runtime/flashmla_sparse.h"
 #include "runtime/internal.h"
 
 #define MAX_S_Q 1024
@@ -15,8 +18,10 @@
 
 static const char *const kv_names[] = {"bfloat16", "float16", "float8_e4m3fn"};
 
-mla_status mla__flashmla_decode_build(const mla__spec *spec, char *name_expr, size_t size,
-                                      mla__launch_info *launch) {
+/* Checks a decode spec (kv_dtype in [0, max_kv], page_class, causal) and writes the name
+ * expression of kernel<kv, page_class, causal>. */
+static mla_status build_decode(const mla__spec *spec, const char *kernel, long long max_kv,
+                               char *name_expr, size_t size) {
     static const char *const names[] = {"kv_dtype", "page_class", "causal"};
     MLA_ARG_CHECK(spec->n_params == 3, "%s: expected 3 parameters (kv_dtype, page_class, "
                   "causal), got %d", spec->kernel, spec->n_params);
@@ -24,19 +29,44 @@ mla_status mla__flashmla_decode_build(const mla__spec *spec, char *name_expr, si
         MLA_ARG_CHECK(!strcmp(spec->params[i].name, names[i]), "%s: parameter %d: expected %s, "
                       "got %s", spec->kernel, i, names[i], spec->params[i].name);
     long long kv = spec->params[0].value, pc = spec->params[1].value, c = spec->params[2].value;
-    MLA_ARG_CHECK(kv >= 0 && kv <= 2, "%s: kv_dtype: expected 0 (bfloat16), 1 (float16) or 2 "
-                  "(float8_e4m3fn), got %lld", spec->kernel, kv);
+    MLA_ARG_CHECK(kv >= 0 && kv <= max_kv, "%s: kv_dtype: expected %s, got %lld", spec->kernel,
+                  max_kv == MLA__FLASHMLA_KV_FP8 ? "0 (bfloat16), 1 (float16) or 2 (float8_e4m3fn)"
+                                                 : "0 (bfloat16) or 1 (float16)", kv);
     MLA_ARG_CHECK(pc == 0 || pc == 1, "%s: page_class: expected 0 (any page size) or 1 (page "
                   "size a multiple of 64), got %lld", spec->kernel, pc);
     MLA_ARG_CHECK(c == 0 || c == 1, "%s: causal: expected 0 or 1, got %lld", spec->kernel, c);
-    int n = snprintf(name_expr, size, "mla::flashmla::decode_kernel<%lld, %lld, %s>", kv, pc,
+    int n = snprintf(name_expr, size, "mla::flashmla::%s<%lld, %lld, %s>", kernel, kv, pc,
                      c ? "true" : "false");
     MLA_RETURN_ERROR_IF(n < 0 || (size_t)n >= size, MLA_ERR_INTERNAL,
                         "%s: name expression buffer of %zu bytes too small", spec->kernel, size);
+    return MLA_OK;
+}
+
+mla_status mla__flashmla_decode_build(const mla__spec *spec, char *name_expr, size_t size,
+                                      mla__launch_info *launch) {
+    MLA_FORWARD_IF_ERROR(build_decode(spec, "decode_kernel", MLA__FLASHMLA_KV_FP8, name_expr,
+                                      size));
     launch->threads = MLA__FLASHMLA_DECODE_THREADS;
     launch->dynamic_smem = MLA__FLASHMLA_DECODE_SMEM;
     launch->cluster = 1;
     return MLA_OK;
+}
+
+mla_status mla__flashmla_decode_sm90_build(const mla__spec *spec, char *name_expr, size_t size,
+                                           mla__launch_info *launch) {
+    MLA_FORWARD_IF_ERROR(build_decode(spec, "decode_sm90_kernel", MLA__FLASHMLA_KV_FP16,
+                                      name_expr, size));
+    launch->threads = MLA__FLASHMLA_DECODE_THREADS;
+    launch->dynamic_smem = MLA__FLASHMLA_DECODE_SM90_SMEM;
+    launch->cluster = 1;
+    return MLA_OK;
+}
+
+const char *mla__flashmla_decode_kind(const char *arch, int kv, const char *force) {
+    int portable = force && !strcmp(force, "portable");
+    if (!portable && !strcmp(arch, "sm_90a") && kv != MLA__FLASHMLA_KV_FP8)
+        return "flashmla_decode_sm90";
+    return "flashmla_decode";
 }
 
 void mla_flash_with_kvcache_args_init(mla_flash_with_kvcache_args *args) {
@@ -182,8 +212,8 @@ static mla_status check_descale(const mla_runtime *rt, const DLTensor *t, const 
 /* head_dim_v, softmax_scale, causal, is_fp8_kvcache, indices, descales. */
 static mla_status check_scalars(const mla_runtime *rt, const mla_flash_with_kvcache_args *a,
                                 dims *d) {
-    MLA_RETURN_ERROR_IF(a->indices != NULL, MLA_ERR_NOT_SUPPORTED, "indices: sparse decode is "
-                        "not implemented yet (pass NULL for the dense decode)");
+    MLA_ARG_CHECK(a->attn_sink == NULL && a->topk_length == NULL, "attn_sink, topk_length: "
+                  "expected NULL without indices (sparse decode extensions)");
     MLA_ARG_CHECK(a->head_dim_v == MLA_FLASHMLA_HEAD_DIM_V, "head_dim_v: expected %d, got %d",
                   MLA_FLASHMLA_HEAD_DIM_V, a->head_dim_v);
     MLA_ARG_CHECK(isnan(a->softmax_scale) || isfinite(a->softmax_scale), "softmax_scale: expected "
@@ -251,6 +281,7 @@ mla_status mla_flash_with_kvcache_shape(const mla_flash_with_kvcache_args *args,
     dims d = {0};
     MLA_ARG_CHECK(args != NULL, "args: expected mla_flash_with_kvcache_args, got NULL");
     MLA_ARG_CHECK(sizes != NULL, "sizes: expected an output struct, got NULL");
+    if (args->indices) return mla__flash_sparse_decode_shape(args, sizes);
     MLA_FORWARD_IF_ERROR(check_q(NULL, args->q, &d));
     MLA_ARG_CHECK(args->head_dim_v == MLA_FLASHMLA_HEAD_DIM_V, "head_dim_v: expected %d, got %d",
                   MLA_FLASHMLA_HEAD_DIM_V, args->head_dim_v);
@@ -310,8 +341,9 @@ static mla_status launch_decode(mla_runtime *rt, const mla__flashmla_decode_para
                                 const dims *d, CUstream stream) {
     static const char *const names[] = {"kv_dtype", "page_class", "causal"};
     const long long values[] = {d->kv, d->page % MLA__FLASHMLA_UNIT_KEYS == 0, d->causal};
+    const char *kind = mla__flashmla_decode_kind(rt->arch, d->kv, getenv("MLAJIT_FLASHMLA_DECODE"));
     const mla__kernel *k = NULL;
-    MLA_FORWARD_IF_ERROR(get_kernel(rt, "flashmla_decode", names, values, 3, &k));
+    MLA_FORWARD_IF_ERROR(get_kernel(rt, kind, names, values, 3, &k));
     long long q_rows = (long long)d->s_q * (d->h_q / d->h_kv);
     unsigned m_blocks = (unsigned)((q_rows + MLA__FLASHMLA_BLOCK_M - 1) / MLA__FLASHMLA_BLOCK_M);
     void *args[] = {(void *)p};
@@ -339,6 +371,7 @@ static mla_status launch_combine(mla_runtime *rt, const mla__flashmla_decode_par
 mla_status mla_flash_with_kvcache(mla_runtime *runtime, const mla_flash_with_kvcache_args *args,
                                   CUstream stream) {
     MLA_ARG_CHECK(runtime != NULL, "runtime: expected a runtime, got NULL");
+    if (args && args->indices) return mla__flash_sparse_decode(runtime, args, stream);
     dims d = {0};
     MLA_FORWARD_IF_ERROR(check_call(runtime, args, &d));
     mla__flashmla_decode_params p;

@@ -5,14 +5,20 @@
 #include <string.h>
 
 #include "runtime/dsv4_kinds.h"
+#include "runtime/fakequant_kinds.h"
 #include "runtime/flashmla_kinds.h"
+#include "runtime/flashmla_sparse.h"
 #include "runtime/internal.h"
 
 static const char *const no_params[] = {NULL};
+static const char *const fakequant_qdq_params[] = {"in_dtype", "mode", NULL};
+static const char *const fakequant_decode_params[] = {"cache_dtype", "k_qdq", "v_qdq", "p_qdq", NULL};
+static const char *const fakequant_combine_params[] = {"out_dtype", NULL};
 static const char *const dsv4_attention_params[] = {"H", "page_size", "draft_tokens", "hca", NULL};
 static const char *const dsv4_output_proj_params[] = {"H", "G", NULL};
 static const char *const flashmla_decode_params[] = {"kv_dtype", "page_class", "causal", NULL};
 static const char *const flashmla_combine_params[] = {"out_dtype", NULL};
+static const char *const flashmla_sparse_prefill_params[] = {"d_qk", NULL};
 
 static const mla__kernel_kind kinds[] = {
     {"dsv4_attention_plan", "dsv4/plan.cu", no_params, mla__dsv4_plan_build},
@@ -23,8 +29,19 @@ static const mla__kernel_kind kinds[] = {
      mla__dsv4_output_proj_b_build},
     {"flashmla_metadata", "flashmla/metadata.cu", no_params, mla__flashmla_metadata_build},
     {"flashmla_decode", "flashmla/decode.cu", flashmla_decode_params, mla__flashmla_decode_build},
+    {"flashmla_decode_sm90", "flashmla/decode_sm90.cu", flashmla_decode_params,
+     mla__flashmla_decode_sm90_build},
     {"flashmla_combine", "flashmla/combine.cu", flashmla_combine_params,
      mla__flashmla_combine_build},
+    {"flashmla_sparse_decode", "flashmla/sparse_decode.cu", no_params,
+     mla__flashmla_sparse_decode_build},
+    {"flashmla_sparse_prefill", "flashmla/sparse_prefill.cu", flashmla_sparse_prefill_params,
+     mla__flashmla_sparse_prefill_build},
+    {"fakequant_qdq", "fakequant/qdq.cu", fakequant_qdq_params, mla__fakequant_qdq_build},
+    {"fakequant_decode", "fakequant/decode.cu", fakequant_decode_params,
+     mla__fakequant_decode_build},
+    {"fakequant_decode_combine", "fakequant/decode.cu", fakequant_combine_params,
+     mla__fakequant_combine_build},
 };
 
 const mla__kernel_kind *mla__kernel_kinds(int *count) {

@@ -2,8 +2,8 @@
  *
  * They run without a GPU: the runtime is created with no_device (arch sm_90a) and the tensors
  * hold fake device addresses, so every check must fire before any device access. Each case breaks
- * one argument of a valid call and expects MLA_ERR_INVALID_ARGUMENT (or MLA_ERR_NOT_SUPPORTED for
- * the sparse arguments) with a message that names the argument; the valid calls themselves must
+ * one argument of a valid call and expects MLA_ERR_INVALID_ARGUMENT with a message that names
+ * the argument (the sparse decode's checks: test_flashmla_sparse_args.c); the valid calls must
  * reach the device and fail with MLA_ERR_NO_DEVICE. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
@@ -285,21 +285,21 @@ Test(flashmla_args, fp8_needs_both_descales_of_shape_1) {
     mla_runtime_destroy(rt);
 }
 
-Test(flashmla_args, sparse_is_not_supported_yet) {
+Test(flashmla_args, indices_select_the_sparse_decode) {
     mla_runtime *rt = cpu_runtime();
     call c;
     call_init(&c, rt, 0);
+    c.args.causal = 0;
     c.args.indices = &c.idx.t;
     mla_status s = mla_flash_with_kvcache(rt, &c.args, NULL);
-    cr_expect(s == MLA_ERR_NOT_SUPPORTED && strstr(mla_last_error(), "indices"), "indices: "
-              "expected MLA_ERR_NOT_SUPPORTED naming indices, got %s: %s", mla_status_string(s),
-              mla_last_error());
+    cr_expect(s == MLA_ERR_INVALID_ARGUMENT && strstr(mla_last_error(), "k_cache"), "indices with "
+              "a bfloat16 k_cache: expected the sparse decode's MLA_ERR_INVALID_ARGUMENT naming "
+              "k_cache, got %s: %s", mla_status_string(s), mla_last_error());
     call_init(&c, rt, 0);
     c.meta.topk = 128;
     s = mla_get_metadata(rt, &c.meta, NULL);
-    cr_expect(s == MLA_ERR_NOT_SUPPORTED && strstr(mla_last_error(), "topk"), "topk: expected "
-              "MLA_ERR_NOT_SUPPORTED naming topk, got %s: %s", mla_status_string(s),
-              mla_last_error());
+    cr_expect(s == MLA_ERR_NO_DEVICE, "topk 128: expected the metadata to reach the device "
+              "(MLA_ERR_NO_DEVICE), got %s: %s", mla_status_string(s), mla_last_error());
     mla_runtime_destroy(rt);
 }
 

@@ -10,13 +10,17 @@
  * to 1000, normal, batch-invariant and its fallback).
  * Batch-invariant mode: each request alone and in its batch (under two part counts) gives
  * bit-identical out and softmax_lse. Graph capture: metadata + decode captured once, replayed
- * with new cache_seqlens. Reproduce a failure with MLAJIT_TEST_SEED=<seed from the message>. */
+ * with new cache_seqlens. Reproduce a failure with MLAJIT_TEST_SEED=<seed from the message>.
+ * Where the runtime picks the sm_90a wgmma decode (bf16/fp16 on an H100/H200), each sweep case
+ * runs twice on the same inputs: on the wgmma kernel ("[sm90]" in messages), then on the portable
+ * one forced by MLAJIT_FLASHMLA_DECODE=portable ("[portable]"). */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/flashmla_kinds.h"
 #include "runtime/internal.h"
 #include "util/flashmla_case.h"
 
@@ -242,7 +246,17 @@ ParameterizedTest(mlt_fm_case *c, flashmla_gpu, sweep) {
     mlt_fm_dev v;
     cr_assert(!mlt_fm_data_make(c, mlt_seed(), &d, msg, sizeof msg), "%s", msg);
     cr_assert(!mlt_fm_dev_create(rt, &d, &v, msg, sizeof msg), "%s", msg);
-    run_and_check(rt, &d, &v, NULL, "");
+    /* kv kinds: MLR_FLASHMLA_* == MLA__FLASHMLA_KV_* */
+    if (strcmp(mla__flashmla_decode_kind(rt->arch, c->kv, NULL), "flashmla_decode")) {
+        cr_assert(unsetenv("MLAJIT_FLASHMLA_DECODE") == 0);
+        run_and_check(rt, &d, &v, NULL, " [sm90]");
+        cr_assert(setenv("MLAJIT_FLASHMLA_DECODE", "portable", 1) == 0);
+        cr_assert(!mlt_fm_poison_outputs(rt, &d, &v, msg, sizeof msg), "%s", msg);
+        run_and_check(rt, &d, &v, NULL, " [portable]");
+        cr_assert(unsetenv("MLAJIT_FLASHMLA_DECODE") == 0);
+    } else {
+        run_and_check(rt, &d, &v, NULL, "");
+    }
     mlt_fm_dev_destroy(rt, &v);
     mlt_fm_data_free(&d);
     mla_runtime_destroy(rt);

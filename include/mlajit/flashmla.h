@@ -8,8 +8,9 @@
  * host: metadata + decode can be captured in a CUDA graph once and replayed with new
  * cache_seqlens.
  *
- * Implemented: dense decode with bf16 / fp16 q and k_cache, and dense fp8 (e4m3 q and k_cache
- * with descale_q / descale_k). Sparse decode (indices, topk) returns MLA_ERR_NOT_SUPPORTED. */
+ * Implemented: dense decode with bf16 / fp16 q and k_cache, dense fp8 (e4m3 q and k_cache with
+ * descale_q / descale_k), sparse decode (indices, fp8 cache of 656-byte rows) and sparse prefill
+ * (mla_flash_sparse_fwd). */
 #ifndef MLAJIT_FLASHMLA_H
 #define MLAJIT_FLASHMLA_H
 
@@ -36,7 +37,8 @@ typedef struct mla_get_metadata_args {
     int num_heads_k;                         /* h_kv >= 1 */
     int num_heads_q;                         /* h_q, or 0 (None; sparse only) */
     int is_fp8_kvcache;                      /* 0 or 1 */
-    int topk;                                /* 0 (None): dense; > 0: sparse (not supported) */
+    int topk;                                /* 0 (None): dense; > 0: sparse (the sparse decode
+                                                does not split: it reads no schedule) */
     /* Extensions (0 keeps FlashMLA's behaviour): */
     int num_sm_parts;                        /* mla_get_metadata_shape only: 0 derives it from
                                                 the device as FlashMLA does */
@@ -97,10 +99,20 @@ typedef struct mla_flash_with_kvcache_args {
                                                 (bottom-right); ignored when s_q == 1 */
     const DLTensor *descale_q;               /* fp8 q: [1] float32, required; else NULL */
     const DLTensor *descale_k;               /* fp8 q: [1] float32, required; else NULL */
-    int is_fp8_kvcache;                      /* with a bf16/fp16 q: must be 0 (the fp8 cache of
-                                                sparse decode is not supported); with fp8 q: 0 or
-                                                1 */
-    const DLTensor *indices;                 /* sparse decode: not supported, must be NULL */
+    int is_fp8_kvcache;                      /* dense: with a bf16/fp16 q must be 0, with fp8 q
+                                                0 or 1; sparse: 1 */
+    const DLTensor *indices;                 /* NULL: dense. Sparse decode: [b, s_q, topk] int32,
+                                                unit last stride, entries = block * page +
+                                                offset (block_table already applied); -1 and any
+                                                value outside [0, num_blocks * page) is invalid
+                                                and never read. Then q is [b, s_q, h_q, 576]
+                                                bfloat16 with h_q in {8, 16, 32, 64, 128},
+                                                k_cache [num_blocks, page, 1, 656] float8_e4m3fn
+                                                / int8 / uint8 (512 e4m3, 4 float32 scales, 64
+                                                bfloat16 RoPE per token; stride[1] == 656,
+                                                stride[0] a multiple of 16), out bfloat16;
+                                                block_table, cache_seqlens, the schedule and the
+                                                workspace may be NULL (never read); causal 0 */
     /* Outputs and scratch, allocated by the caller (mla_flash_with_kvcache_shape): */
     const DLTensor *out;                     /* [b, s_q, h_q, 512]: q's dtype (bfloat16 for fp8
                                                 q); unit last stride, other strides multiples of
@@ -110,6 +122,11 @@ typedef struct mla_flash_with_kvcache_args {
                                                 (its out is 0) */
     const DLTensor *workspace;               /* 1-D uint8, 256-byte aligned, at least
                                                 workspace_bytes: split-KV partials */
+    /* Sparse decode extensions (spec §1.9; NULL: off): */
+    const DLTensor *attn_sink;               /* [h_q] float32: out *= 1 / (1 + exp(sink - lse))
+                                                (lse unchanged; +inf gives 0, -inf no effect) */
+    const DLTensor *topk_length;             /* [b] int32: request i uses its first
+                                                clamp(topk_length[i], 0, topk) entries */
 } mla_flash_with_kvcache_args;
 
 /* Sets struct_size, zeroes the tensors, softmax_scale = NAN (None), head_dim_v = 512. */
@@ -138,6 +155,53 @@ MLA_API mla_status mla_flash_with_kvcache_shape(const mla_flash_with_kvcache_arg
 MLA_API mla_status mla_flash_with_kvcache(mla_runtime *runtime,
                                           const mla_flash_with_kvcache_args *args,
                                           CUstream stream);
+
+/* ---- mla_flash_sparse_fwd ----------------------------------------------------------------- */
+
+/* The arguments of mla_flash_sparse_fwd (the seed's flash_mla_sparse_fwd). */
+typedef struct mla_flash_sparse_fwd_args {
+    size_t struct_size;            /* sizeof(mla_flash_sparse_fwd_args), set by init */
+    const DLTensor *q;             /* [s_q, h_q, d_qk] bfloat16, d_qk 576 or 512, h_q in {16, 32,
+                                      64, 128}; unit last stride, other strides multiples of 8
+                                      elements, 16-byte aligned */
+    const DLTensor *kv;            /* [s_kv, 1, d_qk] bfloat16, same stride rules; V = kv[..., :512] */
+    const DLTensor *indices;       /* [s_q, 1, topk] int32, unit last stride, topk >= 1; an entry
+                                      outside [0, s_kv) is invalid and never read */
+    float sm_scale;                /* required (init: NAN) */
+    int d_v;                       /* 512 */
+    /* Extensions (spec §1.9; NULL / 0: the seed's behaviour): */
+    const DLTensor *attn_sink;     /* [h_q] float32, natural-log units: out *= 1 / (1 +
+                                      exp(sink - lse_ln)); max_logits and lse unchanged */
+    const DLTensor *topk_length;   /* [s_q] int32: token i uses its first clamp(topk_length[i], 0,
+                                      topk) entries */
+    int natural_log;               /* 0: max_logits and lse in base 2 (the seed; a row without a
+                                      valid entry: -inf, -inf); 1: natural log (FlashMLA's newer
+                                      convention; empty row: -inf, +inf) */
+    /* Outputs, allocated by the caller (mla_flash_sparse_fwd_shape): */
+    const DLTensor *out;           /* [s_q, h_q, 512] bfloat16, unit last stride, other strides
+                                      multiples of 8 elements, 16-byte aligned; 0 for an empty row */
+    const DLTensor *max_logits;    /* [s_q, h_q] float32 contiguous: max of the scaled logits */
+    const DLTensor *lse;           /* [s_q, h_q] float32 contiguous: log-sum-exp of the logits */
+} mla_flash_sparse_fwd_args;
+
+/* Sets struct_size, zeroes the tensors, sm_scale = NAN (must be set), d_v = 512. */
+MLA_API void mla_flash_sparse_fwd_args_init(mla_flash_sparse_fwd_args *args);
+
+/* What mla_flash_sparse_fwd needs the caller to allocate. */
+typedef struct mla_flash_sparse_fwd_sizes {
+    int64_t out[3];         /* [s_q, h_q, d_v] bfloat16 */
+    int64_t max_logits[2];  /* [s_q, h_q] float32 */
+    int64_t lse[2];         /* [s_q, h_q] float32 */
+} mla_flash_sparse_fwd_sizes;
+
+/* Output shapes from args->q and args->d_v. Reads shapes only. */
+MLA_API mla_status mla_flash_sparse_fwd_shape(const mla_flash_sparse_fwd_args *args,
+                                              mla_flash_sparse_fwd_sizes *sizes);
+
+/* Sparse MLA prefill (spec/flashmla.md §1.3, 1.6, 1.9): every query token attends the kv rows its
+ * indices name, on stream. Checks every argument before launching; allocates nothing. */
+MLA_API mla_status mla_flash_sparse_fwd(mla_runtime *runtime,
+                                        const mla_flash_sparse_fwd_args *args, CUstream stream);
 
 #ifdef __cplusplus
 }

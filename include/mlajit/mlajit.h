@@ -157,6 +157,7 @@ MLA_API void mla_buffer_free(mla_runtime *runtime, mla_buffer *buffer);
 #endif
 
 #include "mlajit/dsv4.h"
+#include "mlajit/fakequant.h"
 #include "mlajit/flashmla.h"
 
 #endif /* MLAJIT_MLAJIT_H */

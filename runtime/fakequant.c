@@ -1,0 +1,152 @@
+/* Fake-quant family: the kind builders (kernel_src/fakequant/qdq.cu, decode.cu), the shared
+ * mode/amax checks and mla_fakequant_qdq_rows. The decode call is runtime/fakequant_decode.c. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/fakequant_kinds.h"
+#include "runtime/internal.h"
+
+static const char *const mode_names[] = {"none", "fp8", "nvfp4"};
+
+/* Checks that a spec has exactly the parameters names[0..n) and each is in [0, max[i]]. */
+static mla_status check_params(const mla__spec *spec, const char *const *names,
+                               const long long *max, int n) {
+    MLA_ARG_CHECK(spec->n_params == n, "%s: expected %d parameters, got %d", spec->kernel, n,
+                  spec->n_params);
+    for (int i = 0; i < n; i++) {
+        MLA_ARG_CHECK(!strcmp(spec->params[i].name, names[i]), "%s: parameter %d: expected %s, "
+                      "got %s", spec->kernel, i, names[i], spec->params[i].name);
+        MLA_ARG_CHECK(spec->params[i].value >= 0 && spec->params[i].value <= max[i],
+                      "%s: %s: expected 0..%lld, got %lld", spec->kernel, names[i], max[i],
+                      spec->params[i].value);
+    }
+    return MLA_OK;
+}
+
+static mla_status set_launch(const mla__spec *spec, char *name_expr, size_t size, const char *text,
+                             int threads, int smem, mla__launch_info *launch) {
+    int n = snprintf(name_expr, size, "%s", text);
+    MLA_RETURN_ERROR_IF(n < 0 || (size_t)n >= size, MLA_ERR_INTERNAL,
+                        "%s: name expression buffer of %zu bytes too small", spec->kernel, size);
+    launch->threads = threads;
+    launch->dynamic_smem = smem;
+    launch->cluster = 1;
+    return MLA_OK;
+}
+
+mla_status mla__fakequant_qdq_build(const mla__spec *spec, char *name_expr, size_t size,
+                                    mla__launch_info *launch) {
+    static const char *const names[] = {"in_dtype", "mode"};
+    static const long long max[] = {2, 2};
+    MLA_FORWARD_IF_ERROR(check_params(spec, names, max, 2));
+    MLA_ARG_CHECK(spec->params[1].value != 0, "%s: mode: expected 1 (fp8) or 2 (nvfp4), got 0",
+                  spec->kernel);
+    char text[96];
+    snprintf(text, sizeof text, "mla::fakequant::qdq_rows_kernel<%lld, %lld>",
+             spec->params[0].value, spec->params[1].value);
+    return set_launch(spec, name_expr, size, text, MLA__FQ_QDQ_THREADS, 0, launch);
+}
+
+mla_status mla__fakequant_decode_build(const mla__spec *spec, char *name_expr, size_t size,
+                                       mla__launch_info *launch) {
+    static const char *const names[] = {"cache_dtype", "k_qdq", "v_qdq", "p_qdq"};
+    static const long long max[] = {1, 2, 2, 2};
+    MLA_FORWARD_IF_ERROR(check_params(spec, names, max, 4));
+    char text[128];
+    snprintf(text, sizeof text, "mla::fakequant::decode_kernel<%s, %lld, %lld, %lld>",
+             spec->params[0].value ? "true" : "false", spec->params[1].value,
+             spec->params[2].value, spec->params[3].value);
+    return set_launch(spec, name_expr, size, text, MLA__FQ_THREADS, MLA__FQ_DECODE_SMEM, launch);
+}
+
+mla_status mla__fakequant_combine_build(const mla__spec *spec, char *name_expr, size_t size,
+                                        mla__launch_info *launch) {
+    static const char *const names[] = {"out_dtype"};
+    static const long long max[] = {2};
+    MLA_FORWARD_IF_ERROR(check_params(spec, names, max, 1));
+    char text[96];
+    snprintf(text, sizeof text, "mla::fakequant::combine_kernel<%lld>", spec->params[0].value);
+    return set_launch(spec, name_expr, size, text, MLA__FQ_THREADS, 0, launch);
+}
+
+float mla__fq_scale(int mode, float amax) {
+    if (mode == MLA_QDQ_NONE || isnan(amax)) return 1.0f;
+    volatile float a = amax;   /* one IEEE fp32 division, as the kernels would do it */
+    return mode == MLA_QDQ_FP8 ? a / 448.0f : a / 2688.0f;
+}
+
+mla_status mla__fq_check_mode(int mode, float amax, const char *name, const char *amax_name) {
+    MLA_ARG_CHECK(mode >= MLA_QDQ_NONE && mode <= MLA_QDQ_NVFP4, "%s must be one of none (0), "
+                  "fp8 (1), nvfp4 (2); got %d", name, mode);
+    if (mode == MLA_QDQ_NONE || isnan(amax)) return MLA_OK;
+    MLA_ARG_CHECK(isfinite(amax) && amax > 0.0f, "%s: expected a finite positive amax with "
+                  "%s = %s (or NAN: None), got %g", amax_name, name, mode_names[mode],
+                  (double)amax);
+    return MLA_OK;
+}
+
+void mla_fakequant_qdq_args_init(mla_fakequant_qdq_args *args) {
+    memset(args, 0, sizeof *args);
+    args->struct_size = sizeof *args;
+    args->mode = MLA_QDQ_NVFP4;
+    args->amax = NAN;
+}
+
+/* x's in_dtype spec value, -1 if unsupported. */
+static int qdq_in_dtype(DLDataType dt) {
+    if (dt.lanes != 1) return -1;
+    if (dt.code == kDLFloat && dt.bits == 32) return MLA__FQ_IN_FP32;
+    if (dt.code == kDLBfloat && dt.bits == 16) return MLA__FQ_IN_BF16;
+    if (dt.code == kDLFloat && dt.bits == 16) return MLA__FQ_IN_FP16;
+    return -1;
+}
+
+static mla_status check_qdq(const mla_runtime *rt, const mla_fakequant_qdq_args *a, int *in) {
+    char buf[64];
+    MLA_ARG_CHECK(a != NULL, "args: expected mla_fakequant_qdq_args, got NULL");
+    MLA_ARG_CHECK(a->struct_size == sizeof *a, "args: struct_size %zu, expected %zu (call "
+                  "mla_fakequant_qdq_args_init)", a->struct_size, sizeof *a);
+    MLA_ARG_CHECK(a->mode == MLA_QDQ_FP8 || a->mode == MLA_QDQ_NVFP4, "mode must be one of fp8 "
+                  "(1), nvfp4 (2); got %d", a->mode);
+    MLA_FORWARD_IF_ERROR(mla__fq_check_mode(a->mode, a->amax, "mode", "amax"));
+    MLA_ARG_CHECK(a->x != NULL, "x: expected a tensor, got NULL");
+    *in = qdq_in_dtype(a->x->dtype);
+    MLA_ARG_CHECK(*in >= 0, "x: expected dtype float32, bfloat16 or float16, got %s",
+                  mla__dtype_name(a->x->dtype, buf, sizeof buf));
+    MLA_FORWARD_IF_ERROR(mla__check_tensor(rt, a->x, "x", *in == MLA__FQ_IN_FP32 ? MLA_DT_FP32
+                                           : MLA_DT_BF16_OR_FP16, 2));
+    MLA_FORWARD_IF_ERROR(mla__check_contiguous(a->x, "x"));
+    MLA_ARG_CHECK(a->mode != MLA_QDQ_NVFP4 || a->x->shape[1] % 16 == 0, "x: nvfp4 needs the row "
+                  "length (shape[1]) divisible by 16, got %lld", (long long)a->x->shape[1]);
+    MLA_FORWARD_IF_ERROR(mla__check_tensor(rt, a->out, "out", MLA_DT_FP32, 2));
+    MLA_FORWARD_IF_ERROR(mla__check_dim(a->out, "out", 0, a->x->shape[0], "rows of x"));
+    MLA_FORWARD_IF_ERROR(mla__check_dim(a->out, "out", 1, a->x->shape[1], "row length of x"));
+    MLA_FORWARD_IF_ERROR(mla__check_contiguous(a->out, "out"));
+    MLA_FORWARD_IF_ERROR(mla__check_align(a->x, "x", 4));
+    return mla__check_align(a->out, "out", 4);
+}
+
+mla_status mla_fakequant_qdq_rows(mla_runtime *runtime, const mla_fakequant_qdq_args *args,
+                                  CUstream stream) {
+    MLA_ARG_CHECK(runtime != NULL, "runtime: expected a runtime, got NULL");
+    int in = 0;
+    MLA_FORWARD_IF_ERROR(check_qdq(runtime, args, &in));
+    long long n = (long long)mla__numel(args->x);
+    if (n == 0) return MLA_OK;
+    long long items = args->mode == MLA_QDQ_NVFP4 ? n / 16 : n;
+    long long blocks = (items + MLA__FQ_QDQ_THREADS - 1) / MLA__FQ_QDQ_THREADS;
+    MLA_RETURN_ERROR_IF(blocks > 0x7fffffff, MLA_ERR_NOT_SUPPORTED, "x: %lld elements is more "
+                        "than one launch covers", n);
+    MLA_FORWARD_IF_ERROR(mla__runtime_enter(runtime));
+    mla__spec spec;
+    mla__spec_init(&spec, "fakequant_qdq");
+    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "in_dtype", in));
+    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "mode", args->mode));
+    const mla__kernel *k = NULL;
+    MLA_FORWARD_IF_ERROR(mla__get_kernel(runtime, &spec, &k));
+    CUdeviceptr x = mla__data(args->x), out = mla__data(args->out);
+    float scale = mla__fq_scale(args->mode, args->amax);
+    void *kargs[] = {&x, &out, &n, &scale};
+    return mla__launch(runtime, k, (unsigned)blocks, 1, 1, stream, kargs);
+}

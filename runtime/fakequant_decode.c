@@ -1,0 +1,252 @@
+/* Fake-quant MLA decode: argument checks (spec §4, with the upstream messages) and dispatch of
+ * mla_attention_decode (decode kernel over the fixed splits, then the split combine), and its
+ * shape helper. Kernels: kernel_src/fakequant/decode.cu. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/fakequant_kinds.h"
+#include "runtime/internal.h"
+
+#define LOG2E 1.4426950408889634
+#define MAX_HEADS 65535 * MLA__FQ_HEADS_PER_CTA   /* grid.y */
+#define MAX_BATCH 65535                           /* grid.z */
+
+/* Everything the checks learn about a call. */
+typedef struct dims {
+    int cache;          /* MLA__FQ_BF16 / FP16 */
+    int out;            /* MLA__FQ_BF16 / FP16 / FP32 */
+    int q_fp32;
+    int batch, heads, rank, rope, page, max_blocks, splits;
+} dims;
+
+void mla_attention_decode_args_init(mla_attention_decode_args *args) {
+    memset(args, 0, sizeof *args);
+    args->struct_size = sizeof *args;
+    args->softmax_scale = NAN;
+    args->kv_lora_rank = 512;
+    args->qk_rope_head_dim = 64;
+    args->num_kv_splits = 32;
+    args->k_qdq_amax = NAN;
+    args->v_qdq_amax = NAN;
+    args->p_qdq_amax = 1.0f;
+    args->return_lse = 1;
+}
+
+static int dtype_is(DLDataType dt, uint8_t code, uint8_t bits) {
+    return dt.code == code && dt.bits == bits && dt.lanes == 1;
+}
+
+/* MLA__FQ_BF16 / FP16 / FP32 of a dtype, -1 for any other. */
+static int fq_dtype(DLDataType dt) {
+    if (dtype_is(dt, kDLBfloat, 16)) return MLA__FQ_BF16;
+    if (dtype_is(dt, kDLFloat, 16)) return MLA__FQ_FP16;
+    if (dtype_is(dt, kDLFloat, 32)) return MLA__FQ_FP32;
+    return -1;
+}
+
+static const char *const dt_names[] = {"bfloat16", "float16", "float32"};
+
+/* Scalars: struct, scale, dims, splits, modes and amaxes, return_lse. */
+static mla_status check_scalars(const mla_attention_decode_args *a, dims *d) {
+    MLA_ARG_CHECK(a != NULL, "args: expected mla_attention_decode_args, got NULL");
+    MLA_ARG_CHECK(a->struct_size == sizeof *a, "args: struct_size %zu, expected %zu (call "
+                  "mla_attention_decode_args_init)", a->struct_size, sizeof *a);
+    MLA_ARG_CHECK(isfinite(a->softmax_scale), "softmax_scale: required (a finite value; MLA "
+                  "layers fold in mscale), got %g", (double)a->softmax_scale);
+    MLA_ARG_CHECK(a->num_kv_splits >= 1 && a->num_kv_splits <= MLA_FAKEQUANT_MAX_SPLITS,
+                  "num_kv_splits: expected in [1, %d], got %d", MLA_FAKEQUANT_MAX_SPLITS,
+                  a->num_kv_splits);
+    MLA_ARG_CHECK(a->kv_lora_rank >= 1, "kv_lora_rank: expected >= 1, got %d", a->kv_lora_rank);
+    MLA_ARG_CHECK(a->qk_rope_head_dim >= 0, "qk_rope_head_dim: expected >= 0, got %d",
+                  a->qk_rope_head_dim);
+    MLA_FORWARD_IF_ERROR(mla__fq_check_mode(a->k_qdq, a->k_qdq_amax, "k_qdq", "k_qdq_amax"));
+    MLA_FORWARD_IF_ERROR(mla__fq_check_mode(a->v_qdq, a->v_qdq_amax, "v_qdq", "v_qdq_amax"));
+    MLA_FORWARD_IF_ERROR(mla__fq_check_mode(a->p_qdq, a->p_qdq_amax, "p_qdq", "p_qdq_amax"));
+    MLA_ARG_CHECK(a->p_qdq == MLA_QDQ_NONE || !isnan(a->p_qdq_amax), "p_qdq_amax: expected a "
+                  "finite positive amax with p_qdq set, got nan");
+    MLA_ARG_CHECK(a->k_qdq != MLA_QDQ_NVFP4 || (a->kv_lora_rank % 16 == 0 &&
+                  a->qk_rope_head_dim % 16 == 0), "k_qdq: nvfp4 needs kv_lora_rank and "
+                  "qk_rope_head_dim divisible by 16, got %d and %d", a->kv_lora_rank,
+                  a->qk_rope_head_dim);
+    MLA_ARG_CHECK(a->return_lse == 0 || a->return_lse == 1, "return_lse: expected 0 or 1, got %d",
+                  a->return_lse);
+    MLA_RETURN_ERROR_IF(a->kv_lora_rank > MLA_FAKEQUANT_MAX_RANK || a->kv_lora_rank +
+                        a->qk_rope_head_dim > MLA_FAKEQUANT_MAX_ROW, MLA_ERR_NOT_SUPPORTED,
+                        "kv_lora_rank, qk_rope_head_dim: supported up to %d and a row of %d, got "
+                        "%d + %d", MLA_FAKEQUANT_MAX_RANK, MLA_FAKEQUANT_MAX_ROW, a->kv_lora_rank,
+                        a->qk_rope_head_dim);
+    d->rank = a->kv_lora_rank, d->rope = a->qk_rope_head_dim, d->splits = a->num_kv_splits;
+    return MLA_OK;
+}
+
+/* A tensor of rows with a unit last stride and non-negative other strides. */
+static mla_status check_rows(const mla_runtime *rt, const DLTensor *t, const char *name,
+                             mla__dtype dt, int ndim) {
+    MLA_FORWARD_IF_ERROR(mla__check_tensor(rt, t, name, dt, ndim));
+    MLA_ARG_CHECK(mla__stride(t, ndim - 1) == 1 || t->shape[ndim - 1] == 1, "%s: expected a unit "
+                  "last stride, got %lld", name, (long long)mla__stride(t, ndim - 1));
+    for (int i = 0; i < ndim - 1; i++)
+        MLA_ARG_CHECK(t->shape[i] <= 1 || mla__stride(t, i) >= 0, "%s: expected stride[%d] >= 0, "
+                      "got %lld", name, i, (long long)mla__stride(t, i));
+    return mla__check_align(t, name, (unsigned)(t->dtype.bits / 8));
+}
+
+/* q [batch, heads, rank + rope] and latent_cache [num_blocks, page, rank + rope]. */
+static mla_status check_q_cache(const mla_runtime *rt, const mla_attention_decode_args *a,
+                                dims *d) {
+    char buf[64];
+    const DLTensor *q = a->q, *c = a->latent_cache;
+    MLA_ARG_CHECK(c != NULL, "latent_cache: expected a tensor, got NULL");
+    d->cache = fq_dtype(c->dtype);
+    MLA_ARG_CHECK(d->cache == MLA__FQ_BF16 || d->cache == MLA__FQ_FP16, "latent_cache: expected "
+                  "dtype bfloat16 or float16, got %s", mla__dtype_name(c->dtype, buf, sizeof buf));
+    MLA_FORWARD_IF_ERROR(check_rows(rt, c, "latent_cache", MLA_DT_BF16_OR_FP16, 3));
+    MLA_ARG_CHECK(q != NULL, "q: expected a tensor, got NULL");
+    int qd = fq_dtype(q->dtype);
+    MLA_ARG_CHECK(qd == d->cache || qd == MLA__FQ_FP32, "q: expected dtype %s (latent_cache's) or "
+                  "float32 (the NVFP4 carrier), got %s", dt_names[d->cache],
+                  mla__dtype_name(q->dtype, buf, sizeof buf));
+    d->q_fp32 = qd == MLA__FQ_FP32;
+    MLA_FORWARD_IF_ERROR(check_rows(rt, q, "q", d->q_fp32 ? MLA_DT_FP32 : MLA_DT_BF16_OR_FP16, 3));
+    int D = d->rank + d->rope;
+    MLA_ARG_CHECK(q->shape[2] == D, "q: feature dim %lld != kv_lora_rank + qk_rope_head_dim = %d",
+                  (long long)q->shape[2], D);
+    MLA_ARG_CHECK(c->shape[2] == D, "latent_cache: feature dim %lld != kv_lora_rank + "
+                  "qk_rope_head_dim = %d", (long long)c->shape[2], D);
+    MLA_ARG_CHECK(q->shape[0] >= 1 && q->shape[0] <= MAX_BATCH, "q: expected batch = shape[0] in "
+                  "[1, %d], got %lld", MAX_BATCH, (long long)q->shape[0]);
+    MLA_ARG_CHECK(q->shape[1] >= 1 && q->shape[1] <= MAX_HEADS, "q: expected num_heads = shape[1] "
+                  "in [1, %d], got %lld", MAX_HEADS, (long long)q->shape[1]);
+    MLA_ARG_CHECK(c->shape[1] >= 1 && c->shape[1] <= 0x7fffffff, "latent_cache: expected "
+                  "page_size = shape[1] in [1, 2147483647], got %lld", (long long)c->shape[1]);
+    MLA_ARG_CHECK(a->page_size == 0 || a->page_size == c->shape[1], "page_size %d != "
+                  "latent_cache.shape[1] = %lld", a->page_size, (long long)c->shape[1]);
+    d->batch = (int)q->shape[0], d->heads = (int)q->shape[1], d->page = (int)c->shape[1];
+    return MLA_OK;
+}
+
+/* block_table [batch, max_blocks] and b_seq_len [batch]. */
+static mla_status check_table(const mla_runtime *rt, const mla_attention_decode_args *a, dims *d) {
+    const DLTensor *t = a->block_table;
+    MLA_FORWARD_IF_ERROR(check_rows(rt, t, "block_table", MLA_DT_INT32, 2));
+    MLA_ARG_CHECK(t->shape[0] == d->batch, "block_table: batch %lld != q's batch %d",
+                  (long long)t->shape[0], d->batch);
+    MLA_ARG_CHECK(t->shape[1] <= 0x7fffffff, "block_table: expected max_blocks_per_seq = shape[1] "
+                  "<= 2147483647, got %lld", (long long)t->shape[1]);
+    d->max_blocks = (int)t->shape[1];
+    const DLTensor *s = a->b_seq_len;
+    MLA_FORWARD_IF_ERROR(mla__check_tensor(rt, s, "b_seq_len", MLA_DT_INT32, 1));
+    MLA_ARG_CHECK(s->shape[0] == d->batch, "b_seq_len: batch %lld != q's batch %d",
+                  (long long)s->shape[0], d->batch);
+    MLA_FORWARD_IF_ERROR(mla__check_contiguous(s, "b_seq_len"));
+    return mla__check_align(s, "b_seq_len", 4);
+}
+
+/* out, lse, workspace. */
+static mla_status check_outputs(const mla_runtime *rt, const mla_attention_decode_args *a,
+                                dims *d) {
+    char buf[64];
+    d->out = a->out_dtype.bits == 0 && a->out_dtype.code == 0 ? d->cache : fq_dtype(a->out_dtype);
+    MLA_ARG_CHECK(d->out >= 0, "out_dtype: expected bfloat16, float16 or float32 (or {0,0,0}: "
+                  "latent_cache's), got %s", mla__dtype_name(a->out_dtype, buf, sizeof buf));
+    MLA_ARG_CHECK(a->out != NULL, "out: expected a tensor, got NULL");
+    MLA_ARG_CHECK(fq_dtype(a->out->dtype) == d->out, "out: expected dtype %s (out_dtype), got %s",
+                  dt_names[d->out], mla__dtype_name(a->out->dtype, buf, sizeof buf));
+    MLA_FORWARD_IF_ERROR(check_rows(rt, a->out, "out", d->out == MLA__FQ_FP32 ? MLA_DT_FP32
+                                    : MLA_DT_BF16_OR_FP16, 3));
+    const int64_t want[3] = {d->batch, d->heads, d->rank};
+    static const char *const what[3] = {"batch of q", "num_heads of q", "kv_lora_rank"};
+    for (int i = 0; i < 3; i++) MLA_FORWARD_IF_ERROR(mla__check_dim(a->out, "out", i, want[i], what[i]));
+    if (a->return_lse || a->lse) {
+        MLA_FORWARD_IF_ERROR(mla__check_tensor(rt, a->lse, "lse", MLA_DT_FP32, 2));
+        MLA_FORWARD_IF_ERROR(mla__check_dim(a->lse, "lse", 0, d->batch, "batch of q"));
+        MLA_FORWARD_IF_ERROR(mla__check_dim(a->lse, "lse", 1, d->heads, "num_heads of q"));
+        MLA_FORWARD_IF_ERROR(mla__check_contiguous(a->lse, "lse"));
+        MLA_FORWARD_IF_ERROR(mla__check_align(a->lse, "lse", 4));
+    }
+    const DLTensor *ws = a->workspace;
+    MLA_FORWARD_IF_ERROR(mla__check_tensor(rt, ws, "workspace", MLA_DT_UINT8, 1));
+    MLA_FORWARD_IF_ERROR(mla__check_contiguous(ws, "workspace"));
+    MLA_FORWARD_IF_ERROR(mla__check_align(ws, "workspace", MLA__FQ_WS_ALIGN));
+    size_t need = mla__fq_ws_bytes((long long)d->batch * d->heads * d->splits, d->rank);
+    MLA_ARG_CHECK((size_t)ws->shape[0] >= need, "workspace: expected at least %zu bytes, got %lld",
+                  need, (long long)ws->shape[0]);
+    return MLA_OK;
+}
+
+mla_status mla_attention_decode_shape(const mla_attention_decode_args *args,
+                                      mla_attention_decode_sizes *sizes) {
+    dims d = {0};
+    MLA_FORWARD_IF_ERROR(check_scalars(args, &d));
+    MLA_ARG_CHECK(sizes != NULL, "sizes: expected a struct to fill, got NULL");
+    MLA_ARG_CHECK(args->q != NULL && args->q->ndim == 3, "q: expected a 3-D tensor");
+    long long b = args->q->shape[0], h = args->q->shape[1];
+    sizes->out[0] = b, sizes->out[1] = h, sizes->out[2] = d.rank;
+    sizes->lse[0] = b, sizes->lse[1] = h;
+    sizes->workspace_bytes = mla__fq_ws_bytes(b * h * d.splits, d.rank);
+    return MLA_OK;
+}
+
+static mla_status launch_decode(mla_runtime *rt, const mla_attention_decode_args *a,
+                                const dims *d, CUstream stream) {
+    CUdeviceptr ws = mla__data(a->workspace);
+    long long rows = (long long)d->batch * d->heads * d->splits;
+    mla__fq_decode_params p = {
+        .q = mla__data(a->q), .q_stride_b = mla__stride(a->q, 0), .q_stride_h = mla__stride(a->q, 1),
+        .cache = mla__data(a->latent_cache), .c_stride_block = mla__stride(a->latent_cache, 0),
+        .c_stride_tok = mla__stride(a->latent_cache, 1), .block_table = mla__data(a->block_table),
+        .bt_stride = mla__stride(a->block_table, 0), .seq_len = mla__data(a->b_seq_len),
+        .ws_acc = ws, .ws_ml = ws + mla__fq_ws_ml_offset(rows, d->rank),
+        .batch = d->batch, .heads = d->heads, .rank = d->rank, .rope = d->rope,
+        .page_size = d->page, .max_blocks = d->max_blocks, .splits = d->splits,
+        .q_fp32 = d->q_fp32, .qk_scale = (float)((double)a->softmax_scale * LOG2E),
+        .k_scale = mla__fq_scale(a->k_qdq, a->k_qdq_amax),
+        .v_scale = mla__fq_scale(a->v_qdq, a->v_qdq_amax),
+        .p_scale = mla__fq_scale(a->p_qdq, a->p_qdq_amax),
+    };
+    mla__spec spec;
+    mla__spec_init(&spec, "fakequant_decode");
+    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "cache_dtype", d->cache));
+    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "k_qdq", a->k_qdq));
+    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "v_qdq", a->v_qdq));
+    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "p_qdq", a->p_qdq));
+    const mla__kernel *k = NULL;
+    MLA_FORWARD_IF_ERROR(mla__get_kernel(rt, &spec, &k));
+    unsigned hb = (unsigned)((d->heads + MLA__FQ_HEADS_PER_CTA - 1) / MLA__FQ_HEADS_PER_CTA);
+    void *args[] = {&p};
+    return mla__launch(rt, k, (unsigned)d->splits, hb, (unsigned)d->batch, stream, args);
+}
+
+static mla_status launch_combine(mla_runtime *rt, const mla_attention_decode_args *a,
+                                 const dims *d, CUstream stream) {
+    CUdeviceptr ws = mla__data(a->workspace);
+    long long rows = (long long)d->batch * d->heads * d->splits;
+    mla__fq_combine_params p = {
+        .ws_acc = ws, .ws_ml = ws + mla__fq_ws_ml_offset(rows, d->rank), .out = mla__data(a->out),
+        .o_stride_b = mla__stride(a->out, 0), .o_stride_h = mla__stride(a->out, 1),
+        .lse = a->return_lse ? mla__data(a->lse) : 0,
+        .batch = d->batch, .heads = d->heads, .rank = d->rank, .splits = d->splits,
+    };
+    mla__spec spec;
+    mla__spec_init(&spec, "fakequant_decode_combine");
+    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "out_dtype", d->out));
+    const mla__kernel *k = NULL;
+    MLA_FORWARD_IF_ERROR(mla__get_kernel(rt, &spec, &k));
+    unsigned hb = (unsigned)((d->heads + MLA__FQ_HEADS_PER_CTA - 1) / MLA__FQ_HEADS_PER_CTA);
+    void *args[] = {&p};
+    return mla__launch(rt, k, (unsigned)d->batch, hb, 1, stream, args);
+}
+
+mla_status mla_attention_decode(mla_runtime *runtime, const mla_attention_decode_args *args,
+                                CUstream stream) {
+    MLA_ARG_CHECK(runtime != NULL, "runtime: expected a runtime, got NULL");
+    dims d = {0};
+    MLA_FORWARD_IF_ERROR(check_scalars(args, &d));
+    MLA_FORWARD_IF_ERROR(check_q_cache(runtime, args, &d));
+    MLA_FORWARD_IF_ERROR(check_table(runtime, args, &d));
+    MLA_FORWARD_IF_ERROR(check_outputs(runtime, args, &d));
+    MLA_FORWARD_IF_ERROR(mla__runtime_enter(runtime));
+    MLA_FORWARD_IF_ERROR(launch_decode(runtime, args, &d, stream));
+    return launch_combine(runtime, args, &d, stream);
+}

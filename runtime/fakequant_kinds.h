@@ -1,0 +1,71 @@
+/* Fake-quant family, internal: kind builders (referenced by the table in runtime/spec.c), launch
+ * constants and the C mirrors of the kernels' parameter blocks (kernel_src/fakequant/decode.cu:
+ * same fields, same order, same sizes). */
+#ifndef MLAJIT_FAKEQUANT_KINDS_H
+#define MLAJIT_FAKEQUANT_KINDS_H
+
+#include <stddef.h>
+
+#include "mlajit/mlajit.h"
+
+struct mla__spec;
+struct mla__launch_info;
+
+/* "fakequant_qdq" (in_dtype, mode), "fakequant_decode" (cache_dtype, k_qdq, v_qdq, p_qdq),
+ * "fakequant_decode_combine" (out_dtype). runtime/fakequant.c. */
+mla_status mla__fakequant_qdq_build(const struct mla__spec *spec, char *name_expr, size_t size,
+                                    struct mla__launch_info *launch);
+mla_status mla__fakequant_decode_build(const struct mla__spec *spec, char *name_expr, size_t size,
+                                       struct mla__launch_info *launch);
+mla_status mla__fakequant_combine_build(const struct mla__spec *spec, char *name_expr, size_t size,
+                                        struct mla__launch_info *launch);
+
+/* Spec values. */
+enum { MLA__FQ_BF16 = 0, MLA__FQ_FP16 = 1, MLA__FQ_FP32 = 2 };   /* cache / out dtypes */
+enum { MLA__FQ_IN_FP32 = 0, MLA__FQ_IN_BF16 = 1, MLA__FQ_IN_FP16 = 2 }; /* qdq in_dtype */
+
+#define MLA__FQ_QDQ_THREADS 256
+#define MLA__FQ_TILE 32                 /* decode tile (spec §5 choice 2) */
+#define MLA__FQ_HEADS_PER_CTA 8
+#define MLA__FQ_THREADS 256
+#define MLA__FQ_DECODE_SMEM ((8 * 576 + 32 * 577 + 32 * 512) * 4)   /* decode.cu kSmemBytes */
+#define MLA__FQ_WS_ALIGN 256
+
+/* Workspace of the decode: acc [batch, heads, splits, rank] float32, then (m, l) pairs. */
+static inline size_t mla__fq_ws_ml_offset(long long rows, int rank) {
+    return (size_t)(rows * rank * 4);
+}
+static inline size_t mla__fq_ws_bytes(long long rows, int rank) {
+    return mla__fq_ws_ml_offset(rows, rank) + (size_t)(rows * 2 * 4);
+}
+
+typedef struct mla__fq_decode_params {
+    CUdeviceptr q;
+    long long q_stride_b, q_stride_h;
+    CUdeviceptr cache;
+    long long c_stride_block, c_stride_tok;
+    CUdeviceptr block_table;
+    long long bt_stride;
+    CUdeviceptr seq_len, ws_acc, ws_ml;
+    int batch, heads, rank, rope, page_size, max_blocks, splits, q_fp32;
+    float qk_scale, k_scale, v_scale, p_scale;
+} mla__fq_decode_params;
+
+typedef struct mla__fq_combine_params {
+    CUdeviceptr ws_acc, ws_ml, out;
+    long long o_stride_b, o_stride_h;
+    CUdeviceptr lse;
+    int batch, heads, rank, splits;
+} mla__fq_combine_params;
+
+_Static_assert(sizeof(mla__fq_decode_params) == 136, "mirror of DecodeParams");
+_Static_assert(sizeof(mla__fq_combine_params) == 64, "mirror of CombineParams");
+
+/* The fp32 scale of a mode's per-tensor amax (NAN: None): fp8 amax / 448, nvfp4 amax / 2688
+ * (the global scale), 1 for None or mode none. */
+float mla__fq_scale(int mode, float amax);
+/* Checks a mode ("<name> must be one of ...") and, when the mode is set, its amax ("finite
+ * positive"). */
+mla_status mla__fq_check_mode(int mode, float amax, const char *name, const char *amax_name);
+
+#endif /* MLAJIT_FAKEQUANT_KINDS_H */

@@ -1,0 +1,69 @@
+/* FlashMLA-compatible sparse kernels, internal: kind builders (referenced by the table in
+ * runtime/spec.c), launch constants, the entry points runtime/flashmla_decode.c dispatches to,
+ * and the C mirrors of the kernels' parameter blocks (kernel_src/flashmla/sparse_params.cuh:
+ * same fields, same order, same sizes). */
+#ifndef MLAJIT_FLASHMLA_SPARSE_H
+#define MLAJIT_FLASHMLA_SPARSE_H
+
+#include <stddef.h>
+
+#include "mlajit/flashmla.h"
+
+struct mla__spec;
+struct mla__launch_info;
+
+/* "flashmla_sparse_decode" (no params): runtime/flashmla_sparse.c;
+ * "flashmla_sparse_prefill" (d_qk: 576 or 512): runtime/flashmla_sparse_prefill.c. */
+mla_status mla__flashmla_sparse_decode_build(const struct mla__spec *spec, char *name_expr,
+                                             size_t size, struct mla__launch_info *launch);
+mla_status mla__flashmla_sparse_prefill_build(const struct mla__spec *spec, char *name_expr,
+                                              size_t size, struct mla__launch_info *launch);
+
+/* mla_flash_with_kvcache and its shape helper when args->indices is set. */
+mla_status mla__flash_sparse_decode(mla_runtime *rt, const mla_flash_with_kvcache_args *args,
+                                    CUstream stream);
+mla_status mla__flash_sparse_decode_shape(const mla_flash_with_kvcache_args *args,
+                                          mla_flash_with_kvcache_sizes *sizes);
+
+#define MLA__FLASHMLA_SPARSE_THREADS 256
+#define MLA__FLASHMLA_SPARSE_BLOCK_M 64            /* heads per CTA */
+#define MLA__FLASHMLA_SPARSE_DECODE_SMEM 198656    /* sparse_decode.cu kDecSmemBytes */
+#define MLA__FLASHMLA_SPARSE_PREFILL_SMEM_576 230400 /* sparse_prefill.cu PrefillSmem<576> */
+#define MLA__FLASHMLA_SPARSE_PREFILL_SMEM_512 205824 /* PrefillSmem<512> */
+#define MLA__FLASHMLA_SPARSE_ROW_BYTES 656         /* fp8 cache row: 512 e4m3, 4 fp32, 64 bf16 */
+
+typedef struct mla__flashmla_sparse_decode_params {
+    CUdeviceptr q;
+    long long q_stride_b, q_stride_s, q_stride_h;
+    CUdeviceptr k;
+    long long k_stride_block_bytes;
+    CUdeviceptr indices;
+    long long i_stride_b, i_stride_s;
+    CUdeviceptr topk_length, attn_sink, out;
+    long long o_stride_b, o_stride_s, o_stride_h;
+    CUdeviceptr lse;
+    long long num_slots;
+    int b, s_q, h_q, topk, page_size;
+    float scale_log2;
+} mla__flashmla_sparse_decode_params;
+
+typedef struct mla__flashmla_sparse_prefill_params {
+    CUdeviceptr q;
+    long long q_stride_s, q_stride_h;
+    CUdeviceptr kv;
+    long long kv_stride_s;
+    CUdeviceptr indices;
+    long long i_stride_s;
+    CUdeviceptr topk_length, attn_sink, out;
+    long long o_stride_s, o_stride_h;
+    CUdeviceptr max_logits, lse;
+    int s_q, h_q, topk, s_kv;
+    float scale_log2;
+    int natural_log;
+} mla__flashmla_sparse_prefill_params;
+
+_Static_assert(sizeof(mla__flashmla_sparse_decode_params) == 160, "mirror of SparseDecodeParams");
+_Static_assert(sizeof(mla__flashmla_sparse_prefill_params) == 136,
+               "mirror of SparsePrefillParams");
+
+#endif /* MLAJIT_FLASHMLA_SPARSE_H */

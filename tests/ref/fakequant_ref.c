@@ -1,0 +1,169 @@
+/* Float64 reference of the fake-quant MLA family (see fakequant_ref.h). */
+#include "ref/fakequant_ref.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define E4M3_MAX 448.0
+
+double mlr_fq_rne_e4m3(double a) {
+    if (a == 0) return 0.0;
+    double m = fabs(a);
+    int e = (int)floor(log2(m));
+    if (ldexp(1.0, e) > m) e--;          /* guard log2 rounding up */
+    if (ldexp(1.0, e + 1) <= m) e++;
+    if (e < -6) e = -6;
+    double q = ldexp(1.0, e - 3);
+    double r = nearbyint(m / q) * q;     /* default rounding mode: half even */
+    if (r > E4M3_MAX) r = E4M3_MAX;
+    return a < 0 ? -r : r;
+}
+
+double mlr_fq_fp8_qdq(double x, double amax) {
+    double sc = isnan(amax) ? 1.0 : amax / E4M3_MAX;
+    double v = x / sc;
+    v = v > E4M3_MAX ? E4M3_MAX : v < -E4M3_MAX ? -E4M3_MAX : v;
+    return mlr_fq_rne_e4m3(v) * sc;
+}
+
+double mlr_fq_e2m1_mag(double a) {
+    return a <= 0.25 ? 0.0 : a < 0.75 ? 0.5 : a <= 1.25 ? 1.0 : a < 1.75 ? 1.5
+         : a <= 2.5 ? 2.0 : a < 3.5 ? 3.0 : a <= 5.0 ? 4.0 : 6.0;
+}
+
+void mlr_fq_nvfp4_block(const double *x, int n, double amax, double *out) {
+    double gs = isnan(amax) ? 1.0 : amax / (6 * E4M3_MAX);
+    double bamax = 0;
+    for (int i = 0; i < n; i++) bamax = fmax(bamax, fabs(x[i]));
+    double sb = mlr_fq_rne_e4m3(fmin(bamax / (6 * gs), E4M3_MAX)) * gs;
+    for (int i = 0; i < n; i++) {
+        double r = sb == 0 ? 0.0 : mlr_fq_e2m1_mag(fabs(x[i]) / sb) * sb;
+        out[i] = x[i] < 0 ? -r : r;
+    }
+}
+
+void mlr_fq_qdq_row(int mode, const double *x, int n, double amax, double *out) {
+    if (mode == MLR_FQ_NVFP4) {
+        for (int i = 0; i < n; i += 16) mlr_fq_nvfp4_block(x + i, n - i < 16 ? n - i : 16, amax, out + i);
+    } else {
+        for (int i = 0; i < n; i++) out[i] = mode == MLR_FQ_FP8 ? mlr_fq_fp8_qdq(x[i], amax) : x[i];
+    }
+}
+
+/* Round half even to `bits` significant bits, with quantum at least 2^min_q. */
+static double round_bits(double x, int bits, int min_q) {
+    if (x == 0 || !isfinite(x)) return x;
+    int e;
+    frexp(x, &e);                        /* |x| in [2^(e-1), 2^e) */
+    int q = e - bits;
+    if (q < min_q) q = min_q;
+    return nearbyint(ldexp(x, -q)) * ldexp(1.0, q);
+}
+
+double mlr_fq_round_bf16(double x) { return round_bits(x, 8, -133); }
+
+double mlr_fq_round_fp16(double x) {
+    double r = round_bits(x, 11, -24);
+    return fabs(r) > 65504 ? copysign(INFINITY, r) : r;
+}
+
+int mlr_fq_quantize_v(int v_mode, double v_amax, const double *kv, int s, int D, int rank,
+                      double *vq) {
+    int groups = (s + 15) / 16;
+    for (int f = 0; f < rank; f++)
+        for (int g = 0; g < groups; g++) {
+            double col[16] = {0}, res[16];
+            for (int r = 0; r < 16 && 16 * g + r < s; r++) col[r] = kv[(size_t)(16 * g + r) * D + f];
+            if (v_mode == MLR_FQ_NVFP4) mlr_fq_nvfp4_block(col, 16, v_amax, res);
+            else mlr_fq_qdq_row(v_mode, col, 16, v_amax, res);
+            for (int r = 0; r < 16 && 16 * g + r < s; r++) vq[(size_t)(16 * g + r) * rank + f] = res[r];
+        }
+    return 0;
+}
+
+/* QP of one tile's p (n valid keys of 32; the rest 0). */
+static void quantize_p(const mlr_fq_decode_cfg *c, const double *p, double *pq) {
+    if (c->p_mode == MLR_FQ_NVFP4) {
+        double pc[MLR_FQ_TILE];
+        for (int j = 0; j < MLR_FQ_TILE; j++)
+            pc[j] = c->carrier_fp16 ? mlr_fq_round_fp16(p[j]) : mlr_fq_round_bf16(p[j]);
+        mlr_fq_nvfp4_block(pc, 16, c->p_amax, pq);
+        mlr_fq_nvfp4_block(pc + 16, 16, c->p_amax, pq + 16);
+    } else {
+        mlr_fq_qdq_row(c->p_mode, p, MLR_FQ_TILE, c->p_amax, pq);
+    }
+}
+
+/* One split [t_begin, t_end) of one head: the §2.3 loop; m, l, acc[rank]. */
+static void split_state(const mlr_fq_decode_cfg *c, const double *q, const double *kq,
+                        const double *vq, int t_begin, int t_end, double *m, double *l,
+                        double *acc) {
+    int D = c->rank + c->rope;
+    *m = -INFINITY, *l = 0;
+    for (int f = 0; f < c->rank; f++) acc[f] = 0;
+    for (int t0 = t_begin; t0 < t_end; t0 += MLR_FQ_TILE) {
+        double sc[MLR_FQ_TILE], p[MLR_FQ_TILE], pq[MLR_FQ_TILE], mx = -INFINITY;
+        for (int j = 0; j < MLR_FQ_TILE; j++) {
+            sc[j] = -INFINITY;
+            if (t0 + j >= t_end) continue;
+            double dot = 0;
+            for (int f = 0; f < D; f++) dot += q[f] * kq[(size_t)(t0 + j) * D + f];
+            sc[j] = dot * c->qk_scale;
+            mx = fmax(mx, sc[j]);
+        }
+        double m_new = fmax(*m, mx), corr = *m == -INFINITY ? 0 : exp2(*m - m_new), sum = 0;
+        for (int j = 0; j < MLR_FQ_TILE; j++) {
+            p[j] = sc[j] == -INFINITY ? 0 : exp2(sc[j] - m_new);
+            sum += p[j];
+        }
+        *l = *l * corr + sum;
+        quantize_p(c, p, pq);
+        for (int f = 0; f < c->rank; f++) {
+            double a = acc[f] * corr;
+            for (int j = 0; j < MLR_FQ_TILE && t0 + j < t_end; j++)
+                a += pq[j] * vq[(size_t)(t0 + j) * c->rank + f];
+            acc[f] = a;
+        }
+        *m = m_new;
+    }
+}
+
+/* The §2.4 merge of one head over its splits, then out and lse. */
+static void decode_head(const mlr_fq_decode_cfg *c, const double *q, const double *kq,
+                        const double *vq, int s, double *acc, double *out, double *lse) {
+    int tiles = (s + MLR_FQ_TILE - 1) / MLR_FQ_TILE, tps = (tiles + c->splits - 1) / c->splits;
+    double M = -INFINITY, L = 0;
+    for (int f = 0; f < c->rank; f++) out[f] = 0;
+    for (int i = 0; i < c->splits; i++) {
+        int b0 = i * tps * MLR_FQ_TILE, b1 = b0 + tps * MLR_FQ_TILE;
+        if (b1 > s) b1 = s;
+        double mi, li;
+        split_state(c, q, kq, vq, b0, b1, &mi, &li, acc);
+        if (!(li > 0)) continue;
+        double n = fmax(M, mi), ca = M == -INFINITY ? 0 : exp2(M - n), cb = exp2(mi - n);
+        for (int f = 0; f < c->rank; f++) out[f] = out[f] * ca + acc[f] * cb;
+        L = L * ca + li * cb;
+        M = n;
+    }
+    for (int f = 0; f < c->rank; f++) out[f] /= fmax(L, 1e-6);
+    *lse = L > 0 ? M_LN2 * (M + log2(L)) : -INFINITY;
+}
+
+int mlr_fq_decode_request(const mlr_fq_decode_cfg *c, const double *q, const double *kv, int s,
+                          double *out, double *lse) {
+    int D = c->rank + c->rope, rc = -1;
+    size_t rows = s > 0 ? (size_t)s : 1;
+    double *kq = malloc(rows * D * sizeof *kq), *vq = malloc(rows * c->rank * sizeof *vq);
+    double *acc = malloc((size_t)c->rank * sizeof *acc);
+    if (!kq || !vq || !acc) goto done;
+    for (int t = 0; t < s; t++)
+        mlr_fq_qdq_row(c->k_mode, kv + (size_t)t * D, D, c->k_amax, kq + (size_t)t * D);
+    mlr_fq_quantize_v(c->v_mode, c->v_amax, kv, s, D, c->rank, vq);
+    for (int h = 0; h < c->heads; h++)
+        decode_head(c, q + (size_t)h * D, kq, vq, s, acc, out + (size_t)h * c->rank, lse + h);
+    rc = 0;
+done:
+    free(kq), free(vq), free(acc);
+    return rc;
+}

@@ -1,0 +1,117 @@
+/* Compile tests of the fake-quant kernels: every specialization (qdq for in_dtype x mode; decode
+ * for cache_dtype x k_qdq x v_qdq x p_qdq; the combine for each out_dtype) compiles with NVRTC
+ * for sm_90a and sm_100a through the library (mla__precompile, no GPU needed) and reports the
+ * launch needs the runtime uses. Spec values outside the kinds' ranges are refused. */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/fakequant_kinds.h"
+#include "runtime/internal.h"
+#include "util/gpu.h"
+
+typedef struct compile_case {
+    char arch[16];
+    char kernel[32];
+    int n;
+    int v[4];
+} compile_case;
+
+#define N_PER_ARCH (6 + 54 + 3)
+static compile_case cases[2 * N_PER_ARCH];
+
+static compile_case *add_case(int *n, const char *arch, const char *kernel, int count, int v0,
+                              int v1, int v2, int v3) {
+    compile_case *c = &cases[(*n)++];
+    snprintf(c->arch, sizeof c->arch, "%s", arch);
+    snprintf(c->kernel, sizeof c->kernel, "%s", kernel);
+    c->n = count, c->v[0] = v0, c->v[1] = v1, c->v[2] = v2, c->v[3] = v3;
+    return c;
+}
+
+static void fill_cases(void) {
+    static const char *const archs[2] = {"sm_90a", "sm_100a"};
+    int n = 0;
+    for (int a = 0; a < 2; a++) {
+        for (int in = 0; in < 3; in++)
+            for (int mode = 1; mode <= 2; mode++)
+                add_case(&n, archs[a], "fakequant_qdq", 2, in, mode, 0, 0);
+        for (int c = 0; c < 2; c++)
+            for (int k = 0; k < 3; k++)
+                for (int v = 0; v < 3; v++)
+                    for (int p = 0; p < 3; p++)
+                        add_case(&n, archs[a], "fakequant_decode", 4, c, k, v, p);
+        for (int o = 0; o < 3; o++) add_case(&n, archs[a], "fakequant_decode_combine", 1, o, 0, 0, 0);
+    }
+}
+
+ParameterizedTestParameters(fakequant_compile, every_spec) {
+    fill_cases();
+    return cr_make_param_array(compile_case, cases, sizeof cases / sizeof cases[0]);
+}
+
+static void case_spec(const compile_case *c, mla__spec *spec) {
+    mla__spec_init(spec, c->kernel);
+    const mla__kernel_kind *kind = mla__kernel_kind_find(c->kernel);
+    cr_assert(kind != NULL, "%s: kernel kind not in the table", c->kernel);
+    for (int i = 0; i < c->n; i++) {
+        cr_assert(kind->params[i] != NULL, "%s: the kind has fewer than %d parameters", c->kernel,
+                  c->n);
+        cr_assert(mla__spec_add(spec, kind->params[i], c->v[i]) == MLA_OK, "%s: spec_add",
+                  c->kernel);
+    }
+    cr_assert(kind->params[c->n] == NULL, "%s: the kind has more than %d parameters", c->kernel,
+              c->n);
+}
+
+ParameterizedTest(compile_case *c, fakequant_compile, every_spec) {
+    mla__spec spec;
+    case_spec(c, &spec);
+    char desc[256];
+    mla__spec_describe(&spec, desc, sizeof desc);
+    mla_runtime *rt = NULL;
+    cr_assert(mlt_cpu_runtime(c->arch, &rt) == MLA_OK, "%s %s: runtime: %s", desc, c->arch,
+              mla_last_error());
+    mla__origin origin;
+    char hash[33];
+    mla_status s = mla__precompile(rt, &spec, c->arch, &origin, hash);
+    cr_assert(s == MLA_OK, "%s %s: precompile: %s: %s", desc, c->arch, mla_status_string(s),
+              mla_last_error());
+    char name_expr[256];
+    mla__launch_info launch;
+    const mla__kernel_kind *kind = mla__kernel_kind_find(c->kernel);
+    cr_assert(kind->build(&spec, name_expr, sizeof name_expr, &launch) == MLA_OK, "%s: build",
+              desc);
+    int decode = !strcmp(c->kernel, "fakequant_decode");
+    cr_expect(launch.threads == (strcmp(c->kernel, "fakequant_qdq") ? MLA__FQ_THREADS
+                                                                      : MLA__FQ_QDQ_THREADS),
+              "%s: threads %d", desc, launch.threads);
+    cr_expect(launch.dynamic_smem == (decode ? MLA__FQ_DECODE_SMEM : 0), "%s: smem %d", desc,
+              launch.dynamic_smem);
+    cr_expect(!decode || launch.dynamic_smem <= 227 * 1024, "%s: smem %d over the 227 KiB limit",
+              desc, launch.dynamic_smem);
+    mla_runtime_destroy(rt);
+}
+
+Test(fakequant_compile, builders_refuse_bad_specs) {
+    static const struct { const char *kernel; int n; long long v[4]; } bad[] = {
+        {"fakequant_qdq", 2, {3, 1}}, {"fakequant_qdq", 2, {0, 0}}, {"fakequant_qdq", 2, {0, 3}},
+        {"fakequant_decode", 4, {2, 0, 0, 0}}, {"fakequant_decode", 4, {0, 3, 0, 0}},
+        {"fakequant_decode", 4, {0, 0, -1, 0}}, {"fakequant_decode", 4, {0, 0, 0, 3}},
+        {"fakequant_decode", 3, {0, 0, 0}}, {"fakequant_decode_combine", 1, {3}},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const mla__kernel_kind *kind = mla__kernel_kind_find(bad[i].kernel);
+        cr_assert(kind != NULL, "%s: kind", bad[i].kernel);
+        mla__spec spec;
+        mla__spec_init(&spec, bad[i].kernel);
+        for (int j = 0; j < bad[i].n; j++) mla__spec_add(&spec, kind->params[j], bad[i].v[j]);
+        char desc[256], name_expr[256];
+        mla__spec_describe(&spec, desc, sizeof desc);
+        mla__launch_info launch;
+        mla_status s = kind->build(&spec, name_expr, sizeof name_expr, &launch);
+        cr_expect(s == MLA_ERR_INVALID_ARGUMENT, "%s: expected MLA_ERR_INVALID_ARGUMENT, got %s",
+                  desc, mla_status_string(s));
+    }
+}

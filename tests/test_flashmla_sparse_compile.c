@@ -1,0 +1,99 @@
+/* Compile tests of the FlashMLA-compatible sparse kernels: the sparse decode and both sparse
+ * prefill specializations (d_qk 576, 512) compile with NVRTC for sm_90a and sm_100a through the
+ * library (mla__precompile, no GPU needed) and report the launch needs the runtime uses; spec
+ * values outside the kinds' ranges are refused by the builders. */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/flashmla_sparse.h"
+#include "runtime/internal.h"
+#include "util/gpu.h"
+
+typedef struct compile_case {
+    char arch[16];
+    char kernel[32];
+    int d_qk;          /* prefill: 576 or 512; decode: 0 (no parameter) */
+    int smem;          /* expected dynamic shared memory */
+} compile_case;
+
+static compile_case cases[] = {
+    {"sm_90a", "flashmla_sparse_decode", 0, MLA__FLASHMLA_SPARSE_DECODE_SMEM},
+    {"sm_90a", "flashmla_sparse_prefill", 576, MLA__FLASHMLA_SPARSE_PREFILL_SMEM_576},
+    {"sm_90a", "flashmla_sparse_prefill", 512, MLA__FLASHMLA_SPARSE_PREFILL_SMEM_512},
+    {"sm_100a", "flashmla_sparse_decode", 0, MLA__FLASHMLA_SPARSE_DECODE_SMEM},
+    {"sm_100a", "flashmla_sparse_prefill", 576, MLA__FLASHMLA_SPARSE_PREFILL_SMEM_576},
+    {"sm_100a", "flashmla_sparse_prefill", 512, MLA__FLASHMLA_SPARSE_PREFILL_SMEM_512},
+};
+
+ParameterizedTestParameters(flashmla_sparse_compile, every_spec) {
+    return cr_make_param_array(compile_case, cases, sizeof cases / sizeof cases[0]);
+}
+
+ParameterizedTest(compile_case *c, flashmla_sparse_compile, every_spec) {
+    mla__spec spec;
+    mla__spec_init(&spec, c->kernel);
+    if (c->d_qk) cr_assert(mla__spec_add(&spec, "d_qk", c->d_qk) == MLA_OK, "%s: spec_add", c->kernel);
+    char desc[256];
+    mla__spec_describe(&spec, desc, sizeof desc);
+    cr_assert(mla__kernel_kind_find(c->kernel) != NULL, "%s: kernel kind not in the table", desc);
+    mla_runtime *rt = NULL;
+    cr_assert(mlt_cpu_runtime(c->arch, &rt) == MLA_OK, "%s %s: runtime: %s", desc, c->arch,
+              mla_last_error());
+    mla__origin origin;
+    char hash[33];
+    mla_status s = mla__precompile(rt, &spec, c->arch, &origin, hash);
+    cr_assert(s == MLA_OK, "%s %s: precompile: %s: %s", desc, c->arch, mla_status_string(s),
+              mla_last_error());
+    char *key = NULL, name[256];
+    mla__launch_info launch;
+    cr_assert(mla__spec_key(rt, &spec, c->arch, &key, hash, name, sizeof name, &launch) == MLA_OK,
+              "%s %s: spec key: %s", desc, c->arch, mla_last_error());
+    free(key);
+    cr_expect(launch.threads == MLA__FLASHMLA_SPARSE_THREADS && launch.dynamic_smem == c->smem &&
+                  launch.cluster == 1,
+              "%s %s: launch (%d threads, %d smem, cluster %d), expected (%d, %d, 1)", desc,
+              c->arch, launch.threads, launch.dynamic_smem, launch.cluster,
+              MLA__FLASHMLA_SPARSE_THREADS, c->smem);
+    cr_expect(strstr(name, "mla::flashmla::sparse::") == name, "%s %s: name expression %s", desc,
+              c->arch, name);
+    cr_expect(c->smem <= 232448, "%s: %d bytes of shared memory exceed the 227 KiB of sm_90a",
+              desc, c->smem);
+    mla_runtime_destroy(rt);
+}
+
+/* Specs the builders must refuse: kernel, parameter (name, value; n 0: none), text of the error. */
+typedef struct bad_spec {
+    char kernel[32];
+    int n;
+    char name[16];
+    int value;
+    char want[24];
+} bad_spec;
+
+static bad_spec bad[] = {
+    {"flashmla_sparse_prefill", 1, "d_qk", 128, "d_qk"},
+    {"flashmla_sparse_prefill", 1, "d_qk", 575, "d_qk"},
+    {"flashmla_sparse_prefill", 0, "", 0, "d_qk"},
+    {"flashmla_sparse_prefill", 1, "head_dim", 576, "d_qk"},
+    {"flashmla_sparse_decode", 1, "d_qk", 576, "no parameters"},
+};
+
+ParameterizedTestParameters(flashmla_sparse_compile, bad_specs) {
+    return cr_make_param_array(bad_spec, bad, sizeof bad / sizeof bad[0]);
+}
+
+ParameterizedTest(bad_spec *b, flashmla_sparse_compile, bad_specs) {
+    mla__spec spec;
+    mla__spec_init(&spec, b->kernel);
+    if (b->n) mla__spec_add(&spec, b->name, b->value);
+    const mla__kernel_kind *kind = mla__kernel_kind_find(b->kernel);
+    cr_assert(kind != NULL, "%s: kernel kind not in the table", b->kernel);
+    char name[256];
+    mla__launch_info launch;
+    mla_status s = kind->build(&spec, name, sizeof name, &launch);
+    cr_expect(s == MLA_ERR_INVALID_ARGUMENT && strstr(mla_last_error(), b->want),
+              "%s (%s=%d): expected MLA_ERR_INVALID_ARGUMENT naming \"%s\", got %s: %s",
+              b->kernel, b->name, b->value, b->want, mla_status_string(s), mla_last_error());
+}
