@@ -59,12 +59,37 @@ static const bench_case cases[] = {
     {"dsv4-hca-T64", "DSV4 HCA layer, attention + output proj, T=64", bench_dsv4_hca_64},
     {"dsv4-hca-T256", "DSV4 HCA layer, attention + output proj, T=256", bench_dsv4_hca_256},
     {"dsv4-hca-T640", "DSV4 HCA layer, attention + output proj, T=640", bench_dsv4_hca_640},
-    {"flashmla-decode", "FlashMLA decode b 128, h_q 128, s_q 1, s_k 4096 bf16 (FlashMLA: 230 us)",
-     bench_flashmla_decode},
-    {"flashmla-sweep", "FlashMLA decode b 128, h_q 128, s_q 1/2, s_k 4k..32k bf16",
-     bench_flashmla_sweep},
-    {"flashmla-fp8", "FlashMLA dense fp8 decode b 128, h_q 128, s_q 1/2, s_k 4096",
-     bench_flashmla_fp8},
+    {"flashmla-dense-s1", "FlashMLA dense decode b 128, h_q 128, s_q 1, s_k 1k/4k/16k bf16 "
+     "(FlashMLA: 72/230/870 us)", bench_flashmla_dense_s1},
+    {"flashmla-dense-s2", "FlashMLA dense decode b 128, h_q 128, s_q 2 causal, s_k 1k/4k/16k bf16 "
+     "(FlashMLA: 131/430/1600 us)", bench_flashmla_dense_s2},
+    {"flashmla-dense-heads", "FlashMLA dense decode b 128 h_q 64 s_k 4k, b 64 h_q 16 s_k 8k, s_q 1 "
+     "bf16 (FlashMLA: 166/167 us)", bench_flashmla_dense_heads},
+    {"flashmla-dense-pages", "FlashMLA dense decode b 128, h_q 128, s_q 1, s_k 4k bf16 at page 16 "
+     "and page 1", bench_flashmla_dense_pages},
+    {"flashmla-dense-long", "FlashMLA dense decode b 128, h_q 128, s_q 1/2, s_k 8k/32k bf16",
+     bench_flashmla_dense_long},
+    {"flashmla-dense-fp8", "FlashMLA dense fp8 decode b 128, h_q 128, s_q 1/2, s_k 4096",
+     bench_flashmla_dense_fp8},
+    {"flashmla-sparse-decode-h128",
+     "FlashMLA sparse fp8 decode b 64/128, h_q 128, s_q 2, topk 2048, s_k 32k "
+     "(FlashMLA: 185/366 us)",
+     bench_flashmla_sparse_decode_h128},
+    {"flashmla-sparse-decode-h64",
+     "FlashMLA sparse fp8 decode b 64/128, h_q 64, s_q 2, topk 2048, s_k 32k",
+     bench_flashmla_sparse_decode_h64},
+    {"flashmla-sparse-decode-h16",
+     "FlashMLA sparse fp8 decode b 64/128, h_q 16, s_q 2, topk 2048, s_k 32k",
+     bench_flashmla_sparse_decode_h16},
+    {"flashmla-sparse-prefill-h128",
+     "FlashMLA sparse prefill s_q 4096, h_q 128, topk 2048, s_kv 32k, d 576 (FlashMLA: 3.83 ms)",
+     bench_flashmla_sparse_prefill_h128},
+    {"flashmla-sparse-prefill-h64",
+     "FlashMLA sparse prefill s_q 4096, h_q 64, topk 2048, s_kv 32k, d 576",
+     bench_flashmla_sparse_prefill_h64},
+    {"flashmla-sparse-prefill-h16",
+     "FlashMLA sparse prefill s_q 4096, h_q 16, topk 2048, s_kv 32k, d 576",
+     bench_flashmla_sparse_prefill_h16},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -119,13 +144,13 @@ static void print_header(const bench_ctx *ctx, const char *date) {
     printf("ceilings: copy %.0f GB/s, bf16 %.0f TFLOP/s, fp8 %.0f TFLOP/s (H200, measured)%s\n\n",
            CEIL_COPY_GBPS, CEIL_BF16_TFLOPS, CEIL_FP8_TFLOPS,
            ctx->h200 ? "" : "; not an H200: fractions not shown");
-    printf("%-16s %12s %9s %8s %7s %7s  %s\n", "case", "us", "GB/s", "TFLOP/s", "%copy", "%peak",
+    printf("%-20s %12s %9s %8s %7s %7s  %s\n", "case", "us", "GB/s", "TFLOP/s", "%copy", "%peak",
            "notes");
 }
 
 static void print_row(const bench_ctx *ctx, const bench_row *r) {
     double fc = frac_copy(ctx, r), fp = frac_peak(ctx, r);
-    printf("%-16s", r->name);
+    printf("%-20s", r->name);
     print_cell(12, "%.2f", r->us);
     print_cell(9, "%.1f", r->gbps);
     print_cell(8, "%.1f", r->tflops);
@@ -216,7 +241,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
             break;
         case 'j': a->json = optarg; break;
         case 'l':
-            for (i = 0; i < N_CASES; i++) printf("%-16s %s\n", cases[i].name, cases[i].what);
+            for (i = 0; i < N_CASES; i++) printf("%-30s %s\n", cases[i].name, cases[i].what);
             return -1;
         case 'h': fputs(bench_usage, stdout); return -1;
         default: return cli_bad_option("bench", argv, c);

@@ -74,9 +74,21 @@ int bench_dsv4_hca_64(bench_ctx *ctx);
 int bench_dsv4_hca_256(bench_ctx *ctx);
 int bench_dsv4_hca_640(bench_ctx *ctx);
 
-/* The FlashMLA-compatible decode cases (bench_flashmla.c). */
-int bench_flashmla_decode(bench_ctx *ctx);
-int bench_flashmla_sweep(bench_ctx *ctx);
-int bench_flashmla_fp8(bench_ctx *ctx);
+/* The FlashMLA-compatible dense decode cases (bench_flashmla.c): issue 4's table, h_kv 1. */
+int bench_flashmla_dense_s1(bench_ctx *ctx);
+int bench_flashmla_dense_s2(bench_ctx *ctx);
+int bench_flashmla_dense_heads(bench_ctx *ctx);
+int bench_flashmla_dense_pages(bench_ctx *ctx);
+int bench_flashmla_dense_long(bench_ctx *ctx);
+int bench_flashmla_dense_fp8(bench_ctx *ctx);
+
+/* The FlashMLA-compatible sparse cases (bench_flashmla_sparse.c): issue 5's table, sparse decode
+ * over 656-byte fp8 rows and sparse prefill over bf16 rows, topk 2048. */
+int bench_flashmla_sparse_decode_h128(bench_ctx *ctx);
+int bench_flashmla_sparse_decode_h64(bench_ctx *ctx);
+int bench_flashmla_sparse_decode_h16(bench_ctx *ctx);
+int bench_flashmla_sparse_prefill_h128(bench_ctx *ctx);
+int bench_flashmla_sparse_prefill_h64(bench_ctx *ctx);
+int bench_flashmla_sparse_prefill_h16(bench_ctx *ctx);
 
 #endif /* MLAJIT_TOOLS_BENCH_H */
