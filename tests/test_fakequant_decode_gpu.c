@@ -1,11 +1,11 @@
 /* mla_attention_decode on the GPU (skips without one) against the float64 oracle of the same
  * schedule (tests/ref/fakequant_ref.c), with the tolerances of spec/fakequant.md §5: no quant
  * [5e-3], quantized modes and their mixes [rtol 5e-3, atol 2e-2], the full recipe with an fp32
- * NVFP4 q carrier [cos > 0.98 vs dense]. Lengths 200/7/64/0 and ones off the 16-grid (the open V
- * tail), pages 16/32/64 in shuffled order, splits 1/3/32, H = 2, every out dtype. Properties:
- * the result of a request does not depend on the page size or on its batch mates (bit for bit),
- * and num_kv_splits never changes a no-quant result beyond fp32 rounding. Reproduce a failure
- * with MLAJIT_TEST_SEED=<seed from the message>. */
+ * NVFP4 q carrier [the same, and cos > 0.98 vs dense on q of unit variance]. Lengths 200/7/64/0
+ * and ones off the 16-grid (the open V tail), pages 16/32/64 in shuffled order, splits 1/3/32,
+ * H = 2, every out dtype. Properties: the result of a request does not depend on the page size or
+ * on its batch mates (bit for bit), and num_kv_splits never changes a no-quant result beyond fp32
+ * rounding. Reproduce a failure with MLAJIT_TEST_SEED=<seed from the message>. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <math.h>
@@ -85,24 +85,30 @@ ParameterizedTest(mlt_fq_case *c, fakequant_decode_gpu, sweep) {
     mla_runtime_destroy(rt);
 }
 
-/* The full recipe against dense: cosine similarity > 0.98 on every request. */
+/* The full recipe: against its oracle [rtol 5e-3, atol 2e-2], and cosine similarity > 0.98 vs
+ * dense on every request (§5). The cosine is a property of the recipe and of the data: q of unit
+ * variance (amplitude sqrt 3; the oracle's own cosine is 0.986..0.990 over 80 requests). With the
+ * sweep's amplitude 4 the oracle itself gives 0.972..0.984, so the 0.98 bound would test the data,
+ * not the kernel. */
 Test(fakequant_decode_gpu, full_recipe_close_to_dense) {
     mla_runtime *rt = gpu_or_skip();
     uint64_t seed = mlt_seed();
     char msg[512];
+    const double amp = sqrt(3.0);
     mlt_fq_case c = {"full recipe", 0, 1, 2, 16, {300, 45}, 32, 32, F4, F4, F4, 0, 0, 0, 0, 1};
     mlt_fq_case dense = c;
     dense.q_fp32 = 0, dense.k = dense.v = dense.p = N0;
     snprintf(dense.name, sizeof dense.name, "dense");
     mlt_fq_run r, rd;
-    cr_assert(mlt_fq_make(&c, seed, 4.0, &r, msg, sizeof msg) == 0, "%s", msg);
-    cr_assert(mlt_fq_make(&dense, seed, 4.0, &rd, msg, sizeof msg) == 0, "%s", msg);
+    cr_assert(mlt_fq_make(&c, seed, amp, &r, msg, sizeof msg) == 0, "%s", msg);
+    cr_assert(mlt_fq_make(&dense, seed, amp, &rd, msg, sizeof msg) == 0, "%s", msg);
     cr_assert(mlt_fq_device(rt, &c, seed, &r, msg, sizeof msg) == 0, "full recipe seed %llu: %s",
               (unsigned long long)seed, msg);
     size_t n = (size_t)c.heads * r.rank;
     double *out = malloc(n * sizeof *out), *lse = malloc((size_t)c.heads * sizeof *lse);
     cr_assert(out && lse, "host memory");
     for (int i = 0; i < c.batch; i++) {
+        expect_oracle(&c, &r, i, 2e-2, 5e-3, seed);
         cr_assert(mlt_fq_oracle(&dense, &rd, i, out, lse) == 0, "dense oracle");
         double dot = 0, na = 0, nb = 0, diff = 0;
         for (size_t j = 0; j < n; j++) {

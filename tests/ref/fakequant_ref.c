@@ -7,6 +7,16 @@
 
 #define E4M3_MAX 448.0
 
+/* Rounds to fp32. The kernels compute in fp32 (§5.5) and get each per-tensor scale (amax / 448,
+ * amax / 2688) as an fp32 scalar (§5.9), and §2.3 has the reference copy the rounding points that
+ * change quantization decisions: with a non-dyadic scale, the exact ties of x / sc and x / sb
+ * (x / sb = 3.5 and the like are common with bf16 inputs) fall on whichever side the fp32 scale,
+ * the fp32 block scale and the fp32 quotient put them, not where float64 would. */
+static double f32(double x) { return (double)(float)x; }
+
+/* The per-tensor scale amax / div as the kernels get it; NAN (None): 1. */
+static double tensor_scale(double amax, double div) { return isnan(amax) ? 1.0 : f32(amax / div); }
+
 double mlr_fq_rne_e4m3(double a) {
     if (a == 0) return 0.0;
     double m = fabs(a);
@@ -21,8 +31,8 @@ double mlr_fq_rne_e4m3(double a) {
 }
 
 double mlr_fq_fp8_qdq(double x, double amax) {
-    double sc = isnan(amax) ? 1.0 : amax / E4M3_MAX;
-    double v = x / sc;
+    double sc = tensor_scale(amax, E4M3_MAX);
+    double v = f32(x / sc);
     v = v > E4M3_MAX ? E4M3_MAX : v < -E4M3_MAX ? -E4M3_MAX : v;
     return mlr_fq_rne_e4m3(v) * sc;
 }
@@ -33,12 +43,12 @@ double mlr_fq_e2m1_mag(double a) {
 }
 
 void mlr_fq_nvfp4_block(const double *x, int n, double amax, double *out) {
-    double gs = isnan(amax) ? 1.0 : amax / (6 * E4M3_MAX);
+    double gs = tensor_scale(amax, 6 * E4M3_MAX);
     double bamax = 0;
     for (int i = 0; i < n; i++) bamax = fmax(bamax, fabs(x[i]));
-    double sb = mlr_fq_rne_e4m3(fmin(bamax / (6 * gs), E4M3_MAX)) * gs;
+    double sb = f32(mlr_fq_rne_e4m3(fmin(bamax / (6 * gs), E4M3_MAX)) * gs);
     for (int i = 0; i < n; i++) {
-        double r = sb == 0 ? 0.0 : mlr_fq_e2m1_mag(fabs(x[i]) / sb) * sb;
+        double r = sb == 0 ? 0.0 : mlr_fq_e2m1_mag(f32(fabs(x[i]) / sb)) * sb;
         out[i] = x[i] < 0 ? -r : r;
     }
 }
