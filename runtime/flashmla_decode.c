@@ -265,9 +265,7 @@ static mla_status check_outputs(const mla_runtime *rt, const mla_flash_with_kvca
 
 static mla_status check_call(const mla_runtime *rt, const mla_flash_with_kvcache_args *a,
                              dims *d) {
-    MLA_ARG_CHECK(a != NULL, "args: expected mla_flash_with_kvcache_args, got NULL");
-    MLA_ARG_CHECK(a->struct_size == sizeof *a, "args: struct_size %zu, expected %zu (call "
-                  "mla_flash_with_kvcache_args_init)", a->struct_size, sizeof *a);
+    MLA_FORWARD_IF_ERROR(mla__flashmla_check_kvcache_args(a));
     MLA_FORWARD_IF_ERROR(check_q(rt, a->q, d));
     MLA_FORWARD_IF_ERROR(check_k_cache(rt, a->k_cache, d));
     MLA_FORWARD_IF_ERROR(check_block_table(rt, a->block_table, d));

@@ -35,23 +35,9 @@ typedef struct sdims {
 
 static int is_h_q(long long h) { return h == 8 || h == 16 || h == 32 || h == 64 || h == 128; }
 
-/* A 4-D bfloat16 tensor of rows (q, out): unit last stride, other strides of dimensions longer
- * than 1 non-negative multiples of 8 elements (16 bytes), 16-byte aligned. */
-static mla_status check_bf16_rows(const mla_runtime *rt, const DLTensor *t, const char *name) {
-    MLA_FORWARD_IF_ERROR(mla__check_tensor(rt, t, name, MLA_DT_BF16, 4));
-    MLA_ARG_CHECK(mla__stride(t, 3) == 1, "%s: expected a unit last stride, got %lld", name,
-                  (long long)mla__stride(t, 3));
-    for (int d = 0; d < 3; d++) {
-        long long s = (long long)mla__stride(t, d);
-        MLA_ARG_CHECK(t->shape[d] <= 1 || (s >= 0 && s % 8 == 0), "%s: expected stride[%d] a "
-                      "non-negative multiple of 8 elements (16 bytes), got %lld", name, d, s);
-    }
-    return mla__check_align(t, name, 16);
-}
-
 /* q [b, s_q, h_q, 576] bfloat16: sets b, s_q, h_q. */
 static mla_status check_q(const mla_runtime *rt, const DLTensor *q, sdims *d) {
-    MLA_FORWARD_IF_ERROR(check_bf16_rows(rt, q, "q"));
+    MLA_FORWARD_IF_ERROR(mla__flashmla_check_bf16_rows(rt, q, "q", 4));
     MLA_FORWARD_IF_ERROR(mla__check_dim(q, "q", 3, MLA_FLASHMLA_HEAD_DIM, "head dim 576"));
     MLA_ARG_CHECK(q->shape[0] >= 1 && q->shape[0] <= MAX_B, "q: expected batch size shape[0] in "
                   "[1, %d], got %lld", MAX_B, (long long)q->shape[0]);
@@ -108,17 +94,6 @@ static mla_status check_indices(const mla_runtime *rt, const DLTensor *t, sdims 
     return mla__check_align(t, "indices", 4);
 }
 
-/* An optional contiguous 1-D tensor of n elements (attn_sink float32, topk_length int32). */
-static mla_status check_optional_vector(const mla_runtime *rt, const DLTensor *t,
-                                        const char *name, mla__dtype dtype, int64_t n,
-                                        const char *what) {
-    if (t == NULL) return MLA_OK;
-    MLA_FORWARD_IF_ERROR(mla__check_tensor(rt, t, name, dtype, 1));
-    MLA_FORWARD_IF_ERROR(mla__check_dim(t, name, 0, n, what));
-    MLA_FORWARD_IF_ERROR(mla__check_contiguous(t, name));
-    return mla__check_align(t, name, 4);
-}
-
 /* The scalars and the dense-only arguments. */
 static mla_status check_scalars(const mla_flash_with_kvcache_args *a, sdims *d) {
     MLA_ARG_CHECK(a->head_dim_v == MLA_FLASHMLA_HEAD_DIM_V, "head_dim_v: expected %d, got %d",
@@ -140,7 +115,7 @@ static mla_status check_scalars(const mla_flash_with_kvcache_args *a, sdims *d) 
 /* out [b, s_q, h_q, 512] bfloat16 and softmax_lse [b, h_q, s_q] float32 contiguous. */
 static mla_status check_outputs(const mla_runtime *rt, const mla_flash_with_kvcache_args *a,
                                 const sdims *d) {
-    MLA_FORWARD_IF_ERROR(check_bf16_rows(rt, a->out, "out"));
+    MLA_FORWARD_IF_ERROR(mla__flashmla_check_bf16_rows(rt, a->out, "out", 4));
     const int64_t want[4] = {d->b, d->s_q, d->h_q, MLA_FLASHMLA_HEAD_DIM_V};
     static const char *const what[4] = {"b of q", "s_q of q", "h_q of q", "head_dim_v"};
     for (int i = 0; i < 4; i++) MLA_FORWARD_IF_ERROR(mla__check_dim(a->out, "out", i, want[i], what[i]));
@@ -155,17 +130,15 @@ static mla_status check_outputs(const mla_runtime *rt, const mla_flash_with_kvca
 
 static mla_status check_call(const mla_runtime *rt, const mla_flash_with_kvcache_args *a,
                              sdims *d) {
-    MLA_ARG_CHECK(a != NULL, "args: expected mla_flash_with_kvcache_args, got NULL");
-    MLA_ARG_CHECK(a->struct_size == sizeof *a, "args: struct_size %zu, expected %zu (call "
-                  "mla_flash_with_kvcache_args_init)", a->struct_size, sizeof *a);
+    MLA_FORWARD_IF_ERROR(mla__flashmla_check_kvcache_args(a));
     MLA_FORWARD_IF_ERROR(check_q(rt, a->q, d));
     MLA_FORWARD_IF_ERROR(check_k_cache(rt, a->k_cache, d));
     MLA_FORWARD_IF_ERROR(check_indices(rt, a->indices, d));
     MLA_FORWARD_IF_ERROR(check_scalars(a, d));
-    MLA_FORWARD_IF_ERROR(check_optional_vector(rt, a->attn_sink, "attn_sink", MLA_DT_FP32,
-                                               d->h_q, "h_q of q"));
-    MLA_FORWARD_IF_ERROR(check_optional_vector(rt, a->topk_length, "topk_length", MLA_DT_INT32,
-                                               d->b, "b of q"));
+    MLA_FORWARD_IF_ERROR(mla__flashmla_check_optional_vector(rt, a->attn_sink, "attn_sink",
+                                                             MLA_DT_FP32, d->h_q, "h_q of q"));
+    MLA_FORWARD_IF_ERROR(mla__flashmla_check_optional_vector(rt, a->topk_length, "topk_length",
+                                                             MLA_DT_INT32, d->b, "b of q"));
     return check_outputs(rt, a, d);
 }
 
@@ -210,13 +183,7 @@ mla_status mla__flash_sparse_decode(mla_runtime *rt, const mla_flash_with_kvcach
     MLA_FORWARD_IF_ERROR(check_call(rt, args, &d));
     mla__flashmla_sparse_decode_params p;
     fill_params(args, &d, &p);
-    MLA_FORWARD_IF_ERROR(mla__runtime_enter(rt));
     mla__spec spec;
     mla__spec_init(&spec, "flashmla_sparse_decode");
-    const mla__kernel *k = NULL;
-    MLA_FORWARD_IF_ERROR(mla__get_kernel(rt, &spec, &k));
-    unsigned head_blocks = (unsigned)((d.h_q + MLA__FLASHMLA_SPARSE_BLOCK_M - 1) /
-                                      MLA__FLASHMLA_SPARSE_BLOCK_M);
-    void *kargs[] = {&p};
-    return mla__launch(rt, k, (unsigned)(d.b * d.s_q), head_blocks, 1, stream, kargs);
+    return mla__flashmla_sparse_launch(rt, &spec, (unsigned)(d.b * d.s_q), d.h_q, stream, &p);
 }

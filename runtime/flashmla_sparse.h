@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "mlajit/flashmla.h"
+#include "runtime/internal.h"
 
 struct mla__spec;
 struct mla__launch_info;
@@ -24,6 +25,23 @@ mla_status mla__flash_sparse_decode(mla_runtime *rt, const mla_flash_with_kvcach
                                     CUstream stream);
 mla_status mla__flash_sparse_decode_shape(const mla_flash_with_kvcache_args *args,
                                           mla_flash_with_kvcache_sizes *sizes);
+
+/* runtime/flashmla_sparse_checks.c: what the sparse entry points share. */
+/* args non-NULL and of this library's struct_size (also the dense decode's first check). */
+mla_status mla__flashmla_check_kvcache_args(const mla_flash_with_kvcache_args *a);
+/* A bfloat16 tensor of ndim dimensions holding rows (q, kv, out): unit last stride, the other
+ * strides of dimensions longer than 1 non-negative multiples of 8 elements, 16-byte aligned. */
+mla_status mla__flashmla_check_bf16_rows(const mla_runtime *rt, const DLTensor *t,
+                                         const char *name, int ndim);
+/* An optional (NULL: fine) contiguous 1-D tensor of n elements of dtype (attn_sink,
+ * topk_length); `what` names where n comes from in the message. */
+mla_status mla__flashmla_check_optional_vector(const mla_runtime *rt, const DLTensor *t,
+                                               const char *name, mla__dtype dtype, int64_t n,
+                                               const char *what);
+/* Enters the runtime, loads the kernel of spec and launches it on grid (grid_x, ceil(h_q / 64))
+ * with the parameter block params. */
+mla_status mla__flashmla_sparse_launch(mla_runtime *rt, const mla__spec *spec, unsigned grid_x,
+                                       int h_q, CUstream stream, void *params);
 
 #define MLA__FLASHMLA_SPARSE_THREADS 256
 #define MLA__FLASHMLA_SPARSE_BLOCK_M 64            /* heads per CTA */

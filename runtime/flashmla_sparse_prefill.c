@@ -39,23 +39,9 @@ typedef struct pdims {
     int s_q, h_q, d_qk, topk, s_kv;
 } pdims;
 
-/* A 3-D bfloat16 tensor of rows (q, kv, out): unit last stride, other strides of dimensions
- * longer than 1 non-negative multiples of 8 elements (16 bytes), 16-byte aligned. */
-static mla_status check_bf16_rows(const mla_runtime *rt, const DLTensor *t, const char *name) {
-    MLA_FORWARD_IF_ERROR(mla__check_tensor(rt, t, name, MLA_DT_BF16, 3));
-    MLA_ARG_CHECK(mla__stride(t, 2) == 1, "%s: expected a unit last stride, got %lld", name,
-                  (long long)mla__stride(t, 2));
-    for (int d = 0; d < 2; d++) {
-        long long s = (long long)mla__stride(t, d);
-        MLA_ARG_CHECK(t->shape[d] <= 1 || (s >= 0 && s % 8 == 0), "%s: expected stride[%d] a "
-                      "non-negative multiple of 8 elements (16 bytes), got %lld", name, d, s);
-    }
-    return mla__check_align(t, name, 16);
-}
-
 /* q [s_q, h_q, d_qk]: sets s_q, h_q, d_qk. */
 static mla_status check_q(const mla_runtime *rt, const DLTensor *q, pdims *d) {
-    MLA_FORWARD_IF_ERROR(check_bf16_rows(rt, q, "q"));
+    MLA_FORWARD_IF_ERROR(mla__flashmla_check_bf16_rows(rt, q, "q", 3));
     MLA_ARG_CHECK(q->shape[0] >= 1 && q->shape[0] <= MAX_S_Q, "q: expected s_q = shape[0] in "
                   "[1, %d], got %lld", MAX_S_Q, (long long)q->shape[0]);
     long long h = q->shape[1];
@@ -69,7 +55,7 @@ static mla_status check_q(const mla_runtime *rt, const DLTensor *q, pdims *d) {
 
 /* kv [s_kv, 1, d_qk]: sets s_kv. */
 static mla_status check_kv(const mla_runtime *rt, const DLTensor *kv, pdims *d) {
-    MLA_FORWARD_IF_ERROR(check_bf16_rows(rt, kv, "kv"));
+    MLA_FORWARD_IF_ERROR(mla__flashmla_check_bf16_rows(rt, kv, "kv", 3));
     MLA_ARG_CHECK(kv->shape[0] >= 1 && kv->shape[0] <= 0x7fffffff, "kv: expected s_kv = shape[0] "
                   "in [1, 2147483647], got %lld", (long long)kv->shape[0]);
     MLA_FORWARD_IF_ERROR(mla__check_dim(kv, "kv", 1, 1, "h_kv 1"));
@@ -93,17 +79,6 @@ static mla_status check_indices(const mla_runtime *rt, const DLTensor *t, pdims 
     return mla__check_align(t, "indices", 4);
 }
 
-/* An optional contiguous 1-D tensor of n elements (attn_sink float32, topk_length int32). */
-static mla_status check_optional_vector(const mla_runtime *rt, const DLTensor *t,
-                                        const char *name, mla__dtype dtype, int64_t n,
-                                        const char *what) {
-    if (t == NULL) return MLA_OK;
-    MLA_FORWARD_IF_ERROR(mla__check_tensor(rt, t, name, dtype, 1));
-    MLA_FORWARD_IF_ERROR(mla__check_dim(t, name, 0, n, what));
-    MLA_FORWARD_IF_ERROR(mla__check_contiguous(t, name));
-    return mla__check_align(t, name, 4);
-}
-
 /* A [s_q, h_q] float32 contiguous output (max_logits, lse). */
 static mla_status check_stat(const mla_runtime *rt, const DLTensor *t, const char *name,
                              const pdims *d) {
@@ -116,7 +91,7 @@ static mla_status check_stat(const mla_runtime *rt, const DLTensor *t, const cha
 
 static mla_status check_outputs(const mla_runtime *rt, const mla_flash_sparse_fwd_args *a,
                                 const pdims *d) {
-    MLA_FORWARD_IF_ERROR(check_bf16_rows(rt, a->out, "out"));
+    MLA_FORWARD_IF_ERROR(mla__flashmla_check_bf16_rows(rt, a->out, "out", 3));
     MLA_FORWARD_IF_ERROR(mla__check_dim(a->out, "out", 0, d->s_q, "s_q of q"));
     MLA_FORWARD_IF_ERROR(mla__check_dim(a->out, "out", 1, d->h_q, "h_q of q"));
     MLA_FORWARD_IF_ERROR(mla__check_dim(a->out, "out", 2, MLA_FLASHMLA_HEAD_DIM_V, "d_v"));
@@ -138,10 +113,10 @@ static mla_status check_call(const mla_runtime *rt, const mla_flash_sparse_fwd_a
                   MLA_FLASHMLA_HEAD_DIM_V, a->d_v);
     MLA_ARG_CHECK(a->natural_log == 0 || a->natural_log == 1, "natural_log: expected 0 (base 2) "
                   "or 1, got %d", a->natural_log);
-    MLA_FORWARD_IF_ERROR(check_optional_vector(rt, a->attn_sink, "attn_sink", MLA_DT_FP32,
-                                               d->h_q, "h_q of q"));
-    MLA_FORWARD_IF_ERROR(check_optional_vector(rt, a->topk_length, "topk_length", MLA_DT_INT32,
-                                               d->s_q, "s_q of q"));
+    MLA_FORWARD_IF_ERROR(mla__flashmla_check_optional_vector(rt, a->attn_sink, "attn_sink",
+                                                             MLA_DT_FP32, d->h_q, "h_q of q"));
+    MLA_FORWARD_IF_ERROR(mla__flashmla_check_optional_vector(rt, a->topk_length, "topk_length",
+                                                             MLA_DT_INT32, d->s_q, "s_q of q"));
     return check_outputs(rt, a, d);
 }
 
@@ -183,14 +158,8 @@ mla_status mla_flash_sparse_fwd(mla_runtime *runtime, const mla_flash_sparse_fwd
     MLA_FORWARD_IF_ERROR(check_call(runtime, args, &d));
     mla__flashmla_sparse_prefill_params p;
     fill_params(args, &d, &p);
-    MLA_FORWARD_IF_ERROR(mla__runtime_enter(runtime));
     mla__spec spec;
     mla__spec_init(&spec, "flashmla_sparse_prefill");
     MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "d_qk", d.d_qk));
-    const mla__kernel *k = NULL;
-    MLA_FORWARD_IF_ERROR(mla__get_kernel(runtime, &spec, &k));
-    unsigned head_blocks = (unsigned)((d.h_q + MLA__FLASHMLA_SPARSE_BLOCK_M - 1) /
-                                      MLA__FLASHMLA_SPARSE_BLOCK_M);
-    void *kargs[] = {&p};
-    return mla__launch(runtime, k, (unsigned)d.s_q, head_blocks, 1, stream, kargs);
+    return mla__flashmla_sparse_launch(runtime, &spec, (unsigned)d.s_q, d.h_q, stream, &p);
 }

@@ -39,17 +39,13 @@
 // KV: double buffer; fp8: one 16-bit tile and two fp8 staging tiles of 36864), P 64 x 64 x 2,
 // row exchange 2 x 64 x 4. 16-bit tiles are XOR-swizzled in 16-byte chunks (chunk ^ (row & 7)).
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
+#include "flashmla/attn_tile.cuh"
 #include "flashmla/params.cuh"
-#include "flashmla/ptx.cuh"
 
 namespace mla {
 namespace flashmla {
 
-constexpr int kD = 576, kDV = 512;
-constexpr int kBlockM = 64, kBlockN = 64, kThreads = 256;
+constexpr int kD = 576;
 constexpr int kRowBytes = kD * 2;                       // a 16-bit tile row
 constexpr int kRowChunks = kRowBytes / 16;              // 72
 constexpr int kTileBytes = kBlockN * kRowBytes;         // 73728
@@ -68,23 +64,6 @@ template <int kKV> struct KvTraits;
 template <> struct KvTraits<0> { static constexpr bool kF16 = false, kFp8 = false, kOutF16 = false; };
 template <> struct KvTraits<1> { static constexpr bool kF16 = true, kFp8 = false, kOutF16 = true; };
 template <> struct KvTraits<2> { static constexpr bool kF16 = true, kFp8 = true, kOutF16 = false; };
-
-// Byte offset of 16-byte chunk c of row r in a swizzled tile of rows of `row_bytes`.
-__device__ __forceinline__ unsigned swz(int r, int c, int row_bytes) {
-    return (unsigned)(r * row_bytes + ((c ^ (r & 7)) << 4));
-}
-
-// Two floats as a packed 16-bit pair.
-template <bool kF16>
-__device__ __forceinline__ unsigned pack2(float lo, float hi) {
-    if constexpr (kF16) {
-        __half2 h = __floats2half2_rn(lo, hi);
-        return *reinterpret_cast<unsigned *>(&h);
-    } else {
-        __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-        return *reinterpret_cast<unsigned *>(&h);
-    }
-}
 
 // ---- loads ------------------------------------------------------------------------------------
 
@@ -163,132 +142,38 @@ __device__ __forceinline__ void convert_fp8_tile(const unsigned char *stage, uns
     }
 }
 
-// ---- tensor-core steps ------------------------------------------------------------------------
-
-// S[16 rows of slab wm][32 keys of half wn] = Q K^T over 576 dims; s[n8 tile][C fragment].
-template <bool kF16>
-__device__ __forceinline__ void qk_mma(float (&s)[4][4], unsigned q_tile, unsigned k_tile,
-                                       int wm, int wn, int lane) {
-#pragma unroll
-    for (int n = 0; n < 4; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-    const int qr = wm * 16 + (lane & 15);
-    const int kr0 = wn * 32 + (lane & 7) + ((lane >> 4) << 3);
-#pragma unroll 4
-    for (int kk = 0; kk < kD / 16; kk++) {
-        unsigned a[4], b[4];
-        ldmatrix_x4(q_tile + swz(qr, 2 * kk + (lane >> 4), kRowBytes), a);
-#pragma unroll
-        for (int np = 0; np < 2; np++) {
-            const int kr = kr0 + np * 16;
-            ldmatrix_x4(k_tile + swz(kr, 2 * kk + ((lane >> 3) & 1), kRowBytes), b);
-            mma_m16n8k16<kF16>(s[2 * np], a, b[0], b[1]);
-            mma_m16n8k16<kF16>(s[2 * np + 1], a, b[2], b[3]);
-        }
-    }
-}
-
-// O[16 rows][256 columns of half wn] += P V, P from the swizzled P tile, V = K[:, :512].
-template <bool kF16>
-__device__ __forceinline__ void pv_mma(float (&o)[32][4], unsigned p_tile, unsigned k_tile,
-                                       int wm, int wn, int lane) {
-    const int pr = wm * 16 + (lane & 15);
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; kk++) {
-        unsigned a[4];
-        ldmatrix_x4(p_tile + swz(pr, 2 * kk + (lane >> 4), kBlockN * 2), a);
-        const int vr = kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
-#pragma unroll
-        for (int jj = 0; jj < 16; jj++) {
-            unsigned b[4];
-            ldmatrix_x4_trans(k_tile + swz(vr, wn * 32 + jj * 2 + (lane >> 4), kRowBytes), b);
-            mma_m16n8k16<kF16>(o[2 * jj], a, b[0], b[1]);
-            mma_m16n8k16<kF16>(o[2 * jj + 1], a, b[2], b[3]);
-        }
-    }
-}
-
 // ---- online softmax ---------------------------------------------------------------------------
 
-// Per-thread softmax state of its two rows (r0 = slab row lane / 4, r1 = r0 + 8).
-struct RowState {
-    float m[2];      // running max of the scaled logits (base 2), shared by the row's two warps
-    float l[2];      // this thread's part of the running sum
-    int limit[2];    // keys t < limit are visible to the row
-};
-
-// Scales S to base-2 logits and masks keys t0 + col >= limit to -inf.
-__device__ __forceinline__ void scale_and_mask(float (&s)[4][4], const RowState &st, float scale,
-                                               int t0, int wn, int lane) {
-#pragma unroll
-    for (int n = 0; n < 4; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int t = t0 + wn * 32 + n * 8 + (lane & 3) * 2 + (e & 1);
-            s[n][e] = t < st.limit[e >> 1] ? s[n][e] * scale : -inf_f32();
-        }
-}
-
-// Max over the 4 lanes of a quad (the lanes holding one row).
-__device__ __forceinline__ float quad_max(float v) {
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-__device__ __forceinline__ float quad_sum(float v) {
-    v += __shfl_xor_sync(0xffffffffu, v, 1);
-    return v + __shfl_xor_sync(0xffffffffu, v, 2);
-}
-
-// New row maxima from both warps of the slab (red: [2][64] floats), rescales O and the sums,
-// turns S into probabilities and stores them to the P tile. Contains one block barrier.
-template <bool kF16>
-__device__ __forceinline__ void online_softmax_update(float (&s)[4][4], float (&o)[32][4],
-                                                      RowState &st, float *red,
-                                                      unsigned char *p_tile, int wm, int wn,
-                                                      int lane) {
-    const int r0 = wm * 16 + (lane >> 2);
-    float mx[2] = {-inf_f32(), -inf_f32()};
-#pragma unroll
-    for (int n = 0; n < 4; n++) {
-        mx[0] = fmaxf(mx[0], fmaxf(s[n][0], s[n][1]));
-        mx[1] = fmaxf(mx[1], fmaxf(s[n][2], s[n][3]));
-    }
-    mx[0] = quad_max(mx[0]), mx[1] = quad_max(mx[1]);
-    if ((lane & 3) == 0) red[wn * kBlockM + r0] = mx[0], red[wn * kBlockM + r0 + 8] = mx[1];
-    __syncthreads();
+// Empties the thread's two rows and O, sets the rows' key limits (keys t < limit[h] are visible;
+// causal: each row's own) and returns the end of the keys some row of the CTA sees.
+template <bool kCausal>
+__device__ __forceinline__ int chunk_rows_init(const DecodeParams &p, RowState &st,
+                                               float (&o)[32][4], int (&limit)[2], int m,
+                                               int rows, int len, int t_end, int wm, int lane) {
+    int t_stop = t_end;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        const int r = r0 + 8 * h;
-        const float m_new = fmaxf(st.m[h], fmaxf(red[r], red[kBlockM + r]));
-        const float m_use = m_new == -inf_f32() ? 0.f : m_new;
-        const float alpha = ex2(st.m[h] - m_use);
-        st.m[h] = m_new;
-        st.l[h] *= alpha;
-#pragma unroll
-        for (int jt = 0; jt < 32; jt++) o[jt][2 * h] *= alpha, o[jt][2 * h + 1] *= alpha;
-#pragma unroll
-        for (int n = 0; n < 4; n++) {
-            const float p0 = ex2(s[n][2 * h] - m_use), p1 = ex2(s[n][2 * h + 1] - m_use);
-            st.l[h] += p0 + p1;
-            const int c = wn * 32 + n * 8 + (lane & 3) * 2;
-            *reinterpret_cast<unsigned *>(p_tile + swz(r, c >> 3, kBlockN * 2) + (c & 7) * 2) =
-                pack2<kF16>(p0, p1);
-        }
+        st.m[h] = -inf_f32(), st.l[h] = 0.f;
+        const int rr = m * kBlockM + wm * 16 + (lane >> 2) + 8 * h;
+        const int j = (rr < rows ? rr : rows - 1) / p.heads_per_kv;
+        limit[h] = kCausal ? min(t_end, len - p.s_q + j + 1) : t_end;
     }
+    if constexpr (kCausal) {
+        const int j_last = (min(rows, (m + 1) * kBlockM) - 1) / p.heads_per_kv;
+        t_stop = min(t_end, len - p.s_q + j_last + 1);
+    }
+#pragma unroll
+    for (int jt = 0; jt < 32; jt++) o[jt][0] = o[jt][1] = o[jt][2] = o[jt][3] = 0.f;
+    return t_stop;
+}
+
+// Scales S to base-2 logits and masks the keys t0 + col >= limit[row] to -inf.
+__device__ __forceinline__ void scale_and_mask_limit(float (&s)[4][4], const int (&limit)[2],
+                                                     float scale, int t0, int wn, int lane) {
+    scale_and_mask(s, scale, wn, lane, [&](int c, int h) { return t0 + c < limit[h]; });
 }
 
 // ---- outputs ----------------------------------------------------------------------------------
-
-// Total row sums of both warps (one barrier pair); returns them in l.
-__device__ __forceinline__ void finish_row_sums(RowState &st, float *red, int wm, int wn,
-                                                int lane) {
-    const int r0 = wm * 16 + (lane >> 2);
-    const float l0 = quad_sum(st.l[0]), l1 = quad_sum(st.l[1]);
-    if ((lane & 3) == 0) red[wn * kBlockM + r0] = l0, red[wn * kBlockM + r0 + 8] = l1;
-    __syncthreads();
-    st.l[0] = red[r0] + red[kBlockM + r0];
-    st.l[1] = red[r0 + 8] + red[kBlockM + r0 + 8];
-    __syncthreads();
-}
 
 // Writes the chunk's rows: out / softmax_lse when the request has one chunk, else split slot.
 template <int kKV>
@@ -304,8 +189,7 @@ __device__ __forceinline__ void store_rows(const DecodeParams &p, const float (&
         const int j = rr / p.heads_per_kv, head = g * p.heads_per_kv + rr % p.heads_per_kv;
         const float l = st.l[h];
         const float inv = l > 0.f ? v_scale / l : 0.f;
-        const float lse = l > 0.f ? (st.m[h] + log2f(l)) * 0.69314718055994531f
-                                  : (direct ? inf_f32() : -inf_f32());
+        const float lse = l > 0.f ? row_lse_ln(st.m[h], l) : (direct ? inf_f32() : -inf_f32());
         const int col0 = wn * 256 + (lane & 3) * 2;
         if (direct) {
             unsigned char *dst = static_cast<unsigned char *>(p.out) +
@@ -342,21 +226,10 @@ __device__ void attend_chunk(const DecodeParams &p, unsigned char *smem, int req
     float *red = reinterpret_cast<float *>(smem + kSmemRed);
     const float scale = T::kFp8 ? p.scale_log2 * *p.descale_q * *p.descale_k : p.scale_log2;
     RowState st;
-    int t_stop = t_end;  // keys no row of the CTA sees are not loaded
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        st.m[h] = -inf_f32(), st.l[h] = 0.f;
-        const int rr = m * kBlockM + wm * 16 + (lane >> 2) + 8 * h;
-        const int j = (rr < rows ? rr : rows - 1) / p.heads_per_kv;
-        st.limit[h] = kCausal ? min(t_end, len - p.s_q + j + 1) : t_end;
-    }
-    if constexpr (kCausal) {
-        const int j_last = (min(rows, (m + 1) * kBlockM) - 1) / p.heads_per_kv;
-        t_stop = min(t_end, len - p.s_q + j_last + 1);
-    }
     float o[32][4];
-#pragma unroll
-    for (int jt = 0; jt < 32; jt++) o[jt][0] = o[jt][1] = o[jt][2] = o[jt][3] = 0.f;
+    int limit[2];
+    // keys no row of the CTA sees are not loaded
+    const int t_stop = chunk_rows_init<kCausal>(p, st, o, limit, m, rows, len, t_end, wm, lane);
     const int n_tiles = t_stop > t_begin ? (t_stop - t_begin + kBlockN - 1) / kBlockN : 0;
     const unsigned load_base = T::kFp8 ? base + kSmemStage : base + kSmemK;
     const int load_bytes = T::kFp8 ? kFp8TileBytes : kTileBytes;
@@ -379,11 +252,11 @@ __device__ void attend_chunk(const DecodeParams &p, unsigned char *smem, int req
             k_tile += (it & 1) * kTileBytes;
         __syncthreads();  // tile it (and Q) visible to every warp
         float s[4][4];
-        qk_mma<T::kF16>(s, base + kSmemQ, k_tile, wm, wn, lane);
-        scale_and_mask(s, st, scale, t0, wn, lane);
+        qk_mma<kD, T::kF16>(s, base + kSmemQ, k_tile, wm, wn, lane);
+        scale_and_mask_limit(s, limit, scale, t0, wn, lane);
         online_softmax_update<T::kF16>(s, o, st, red, smem + kSmemP, wm, wn, lane);
         __syncthreads();  // P visible
-        pv_mma<T::kF16>(o, base + kSmemP, k_tile, wm, wn, lane);
+        pv_mma<kD, T::kF16>(o, base + kSmemP, k_tile, wm, wn, lane);
         __syncthreads();  // tile it and P consumed before they are overwritten
     }
     cp_async_wait<0>();

@@ -126,21 +126,9 @@ __device__ void attend_chunk90(const DecodeParams &p, unsigned char *smem, int r
     const unsigned base = smem_addr(smem);
     float *red = reinterpret_cast<float *>(smem + kSmemRed90);
     RowState st;
-    int t_stop = t_end;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        st.m[h] = -inf_f32(), st.l[h] = 0.f;
-        const int rr = m * kBlockM + wm * 16 + (lane >> 2) + 8 * h;
-        const int j = (rr < rows ? rr : rows - 1) / p.heads_per_kv;
-        st.limit[h] = kCausal ? min(t_end, len - p.s_q + j + 1) : t_end;
-    }
-    if constexpr (kCausal) {
-        const int j_last = (min(rows, (m + 1) * kBlockM) - 1) / p.heads_per_kv;
-        t_stop = min(t_end, len - p.s_q + j_last + 1);
-    }
     float o[32][4];
-#pragma unroll
-    for (int jt = 0; jt < 32; jt++) o[jt][0] = o[jt][1] = o[jt][2] = o[jt][3] = 0.f;
+    int limit[2];
+    const int t_stop = chunk_rows_init<kCausal>(p, st, o, limit, m, rows, len, t_end, wm, lane);
     const int n_tiles = t_stop > t_begin ? (t_stop - t_begin + kBlockN - 1) / kBlockN : 0;
     const unsigned k_base = base + kSmemK90;
     if (n_tiles > 0) load_kv_tile90<kKV, kPageClass>(p, k_base, req, g, t_begin, t_stop);
@@ -159,7 +147,7 @@ __device__ void attend_chunk90(const DecodeParams &p, unsigned char *smem, int r
         publish_smem_to_wgmma();  // tile it (and Q) visible to every warpgroup
         float s[4][4];
         qk_wgmma<T::kF16>(s, base + kSmemQ90, k_tile, wn);
-        scale_and_mask(s, st, p.scale_log2, t0, wn, lane);
+        scale_and_mask_limit(s, limit, p.scale_log2, t0, wn, lane);
         online_softmax_update<T::kF16>(s, o, st, red, smem + kSmemP90, wm, wn, lane);
         publish_smem_to_wgmma();  // P visible
         pv_wgmma<T::kF16>(o, base + kSmemP90, k_tile, wn);

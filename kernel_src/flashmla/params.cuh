@@ -21,6 +21,8 @@
 //   num_splits [b + 1] int32: exclusive prefix sum of the chunk counts, num_splits[b] the total.
 #pragma once
 
+#include "flashmla/ptx.cuh"
+
 namespace mla {
 namespace flashmla {
 
@@ -31,9 +33,6 @@ constexpr int kRecordInts = 8;      // int32 per schedule record
 enum SchedField {
     kBeginReq = 0, kBeginUnit = 1, kEndReq = 2, kEndUnit = 3, kBeginChunk = 4, kChunkUnits = 5,
 };
-
-// +inf (NVRTC has no math.h INFINITY).
-__device__ __forceinline__ float inf_f32() { return __int_as_float(0x7f800000); }
 
 __device__ __forceinline__ int units_of(int seqlen) {
     const int len = seqlen > 0 ? seqlen : 0;

@@ -66,6 +66,9 @@ __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const unsigned (&a)[
     }
 }
 
+// +inf (NVRTC has no math.h INFINITY).
+__device__ __forceinline__ float inf_f32() { return __int_as_float(0x7f800000); }
+
 // ex2.approx.ftz.f32: 2^x (2^-inf = 0).
 __device__ __forceinline__ float ex2(float x) {
     float y;

@@ -100,8 +100,8 @@ __device__ __forceinline__ void dequant16(uint4 v, float scale, uint4 &lo, uint4
         const uint2 h = e4m3x4_to_f16x4(w[q]);
         const float2 a = __half22float2(*reinterpret_cast<const __half2 *>(&h.x));
         const float2 b = __half22float2(*reinterpret_cast<const __half2 *>(&h.y));
-        out[2 * q] = pack_bf16x2(a.x * scale, a.y * scale);
-        out[2 * q + 1] = pack_bf16x2(b.x * scale, b.y * scale);
+        out[2 * q] = pack2<false>(a.x * scale, a.y * scale);
+        out[2 * q + 1] = pack2<false>(b.x * scale, b.y * scale);
     }
     lo = make_uint4(out[0], out[1], out[2], out[3]);
     hi = make_uint4(out[4], out[5], out[6], out[7]);
@@ -141,7 +141,7 @@ __device__ __forceinline__ void store_rows(const SparseDecodeParams &p, const fl
         void *row = static_cast<unsigned char *>(p.out) +
                     ((long long)i * p.o_stride_b + (long long)j * p.o_stride_s +
                      (long long)head * p.o_stride_h) * 2;
-        store_out_row(row, o, h, f, wn, lane);
+        store_out_row<false>(row, o, h, f, wn, lane);
         if (wn == 0 && (lane & 3) == 0) p.lse[((long long)i * p.h_q + head) * p.s_q + j] = lse;
     }
 }

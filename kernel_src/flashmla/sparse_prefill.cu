@@ -89,7 +89,7 @@ __device__ __forceinline__ void store_rows(const SparsePrefillParams &p, const f
                                 : 0.f;
         void *row = static_cast<unsigned char *>(p.out) +
                     ((long long)i * p.o_stride_s + (long long)head * p.o_stride_h) * 2;
-        store_out_row(row, o, h, f, wn, lane);
+        store_out_row<false>(row, o, h, f, wn, lane);
         if (wn == 0 && (lane & 3) == 0) {
             const long long at = (long long)i * p.h_q + head;
             p.max_logits[at] = st.m[h] * unit;

@@ -1,0 +1,46 @@
+/* Argument checks and the launch the FlashMLA-compatible sparse entry points share
+ * (runtime/flashmla_sparse.c, runtime/flashmla_sparse_prefill.c; the args check also serves
+ * runtime/flashmla_decode.c). */
+#include "runtime/flashmla_sparse.h"
+#include "runtime/internal.h"
+
+mla_status mla__flashmla_check_kvcache_args(const mla_flash_with_kvcache_args *a) {
+    MLA_ARG_CHECK(a != NULL, "args: expected mla_flash_with_kvcache_args, got NULL");
+    MLA_ARG_CHECK(a->struct_size == sizeof *a, "args: struct_size %zu, expected %zu (call "
+                  "mla_flash_with_kvcache_args_init)", a->struct_size, sizeof *a);
+    return MLA_OK;
+}
+
+mla_status mla__flashmla_check_bf16_rows(const mla_runtime *rt, const DLTensor *t,
+                                         const char *name, int ndim) {
+    MLA_FORWARD_IF_ERROR(mla__check_tensor(rt, t, name, MLA_DT_BF16, ndim));
+    MLA_ARG_CHECK(mla__stride(t, ndim - 1) == 1, "%s: expected a unit last stride, got %lld",
+                  name, (long long)mla__stride(t, ndim - 1));
+    for (int d = 0; d < ndim - 1; d++) {
+        long long s = (long long)mla__stride(t, d);
+        MLA_ARG_CHECK(t->shape[d] <= 1 || (s >= 0 && s % 8 == 0), "%s: expected stride[%d] a "
+                      "non-negative multiple of 8 elements (16 bytes), got %lld", name, d, s);
+    }
+    return mla__check_align(t, name, 16);
+}
+
+mla_status mla__flashmla_check_optional_vector(const mla_runtime *rt, const DLTensor *t,
+                                               const char *name, mla__dtype dtype, int64_t n,
+                                               const char *what) {
+    if (t == NULL) return MLA_OK;
+    MLA_FORWARD_IF_ERROR(mla__check_tensor(rt, t, name, dtype, 1));
+    MLA_FORWARD_IF_ERROR(mla__check_dim(t, name, 0, n, what));
+    MLA_FORWARD_IF_ERROR(mla__check_contiguous(t, name));
+    return mla__check_align(t, name, 4);
+}
+
+mla_status mla__flashmla_sparse_launch(mla_runtime *rt, const mla__spec *spec, unsigned grid_x,
+                                       int h_q, CUstream stream, void *params) {
+    MLA_FORWARD_IF_ERROR(mla__runtime_enter(rt));
+    const mla__kernel *k = NULL;
+    MLA_FORWARD_IF_ERROR(mla__get_kernel(rt, spec, &k));
+    unsigned head_blocks = (unsigned)((h_q + MLA__FLASHMLA_SPARSE_BLOCK_M - 1) /
+                                      MLA__FLASHMLA_SPARSE_BLOCK_M);
+    void *kargs[] = {params};
+    return mla__launch(rt, k, grid_x, head_blocks, 1, stream, kargs);
+}
