@@ -19,6 +19,10 @@ mla_status mla__fakequant_decode_build(const struct mla__spec *spec, char *name_
                                        struct mla__launch_info *launch);
 mla_status mla__fakequant_combine_build(const struct mla__spec *spec, char *name_expr, size_t size,
                                         struct mla__launch_info *launch);
+/* "fakequant_prefill" (dtype, q_quant, k_quant, p_quant, v_quant, sparsity_m).
+ * runtime/fakequant_prefill.c. */
+mla_status mla__fakequant_prefill_build(const struct mla__spec *spec, char *name_expr, size_t size,
+                                        struct mla__launch_info *launch);
 
 /* Spec values. */
 enum { MLA__FQ_BF16 = 0, MLA__FQ_FP16 = 1, MLA__FQ_FP32 = 2 };   /* cache / out dtypes */
@@ -60,6 +64,27 @@ typedef struct mla__fq_combine_params {
 
 _Static_assert(sizeof(mla__fq_decode_params) == 136, "mirror of DecodeParams");
 _Static_assert(sizeof(mla__fq_combine_params) == 64, "mirror of CombineParams");
+
+/* Prefill (kernel_src/fakequant/prefill.cu): 8 warps, one query row each; smem kPfSmemBytes. */
+#define MLA__FQ_PREFILL_ROWS 8
+#define MLA__FQ_PREFILL_SMEM ((8 * 576 + 16 * 577 + 16 * 512 + 8 * 256) * 4)
+
+typedef struct mla__fq_prefill_params {
+    CUdeviceptr q;
+    long long q_stride_t, q_stride_h;
+    CUdeviceptr k;
+    long long k_stride_t, k_stride_h;
+    CUdeviceptr v;
+    long long v_stride_t, v_stride_h;
+    CUdeviceptr cu_q, cu_k, out;
+    long long o_stride_t, o_stride_h;
+    CUdeviceptr lse;
+    long long total_q;
+    int batch, heads, kv_heads, dqk, dv, block_n, causal, sparsity_n, sink, recent;
+    float qk_scale, q_scale, k_scale, p_scale, v_scale;
+} mla__fq_prefill_params;
+
+_Static_assert(sizeof(mla__fq_prefill_params) == 192, "mirror of PrefillParams");
 
 /* The fp32 scale of a mode's per-tensor amax (NAN: None): fp8 amax / 448, nvfp4 amax / 2688
  * (the global scale), 1 for None or mode none. */

@@ -1,5 +1,7 @@
 /* Compile tests of the fake-quant kernels: every specialization (qdq for in_dtype x mode; decode
- * for cache_dtype x k_qdq x v_qdq x p_qdq; the combine for each out_dtype) compiles with NVRTC
+ * for cache_dtype x k_qdq x v_qdq x p_qdq; the combine for each out_dtype) and a covering set of
+ * the prefill's (dtype x q/k/p/v quant x sparsity_m: every value of every parameter, each mode
+ * beside each other mode and each sparsity, the GPU tests' specs among them) compiles with NVRTC
  * for sm_90a and sm_100a through the library (mla__precompile, no GPU needed) and reports the
  * launch needs the runtime uses. Spec values outside the kinds' ranges are refused. */
 #include <criterion/criterion.h>
@@ -15,10 +17,11 @@ typedef struct compile_case {
     char arch[16];
     char kernel[32];
     int n;
-    int v[4];
+    int v[6];
 } compile_case;
 
-#define N_PER_ARCH (6 + 54 + 3)
+#define N_PREFILL 12
+#define N_PER_ARCH (6 + 54 + 3 + N_PREFILL)
 static compile_case cases[2 * N_PER_ARCH];
 
 static compile_case *add_case(int *n, const char *arch, const char *kernel, int count, int v0,
@@ -26,9 +29,16 @@ static compile_case *add_case(int *n, const char *arch, const char *kernel, int 
     compile_case *c = &cases[(*n)++];
     snprintf(c->arch, sizeof c->arch, "%s", arch);
     snprintf(c->kernel, sizeof c->kernel, "%s", kernel);
-    c->n = count, c->v[0] = v0, c->v[1] = v1, c->v[2] = v2, c->v[3] = v3;
+    c->n = count, c->v[0] = v0, c->v[1] = v1, c->v[2] = v2, c->v[3] = v3, c->v[4] = c->v[5] = 0;
     return c;
 }
+
+/* dtype, q_quant, k_quant, p_quant, v_quant, sparsity_m */
+static const int prefill_specs[N_PREFILL][6] = {
+    {0, 0, 0, 0, 0, 0}, {1, 0, 0, 0, 0, 0}, {0, 1, 1, 1, 1, 0}, {1, 1, 1, 1, 1, 8},
+    {0, 2, 2, 2, 2, 0}, {1, 2, 2, 2, 2, 4}, {0, 2, 2, 2, 2, 4}, {0, 0, 0, 2, 0, 0},
+    {0, 0, 0, 0, 0, 4}, {0, 0, 0, 0, 0, 8}, {1, 2, 1, 1, 2, 0}, {0, 1, 2, 0, 1, 4},
+};
 
 static void fill_cases(void) {
     static const char *const archs[2] = {"sm_90a", "sm_100a"};
@@ -43,6 +53,11 @@ static void fill_cases(void) {
                     for (int p = 0; p < 3; p++)
                         add_case(&n, archs[a], "fakequant_decode", 4, c, k, v, p);
         for (int o = 0; o < 3; o++) add_case(&n, archs[a], "fakequant_decode_combine", 1, o, 0, 0, 0);
+        for (int i = 0; i < N_PREFILL; i++) {
+            const int *v = prefill_specs[i];
+            compile_case *c = add_case(&n, archs[a], "fakequant_prefill", 6, v[0], v[1], v[2], v[3]);
+            c->v[4] = v[4], c->v[5] = v[5];
+        }
     }
 }
 
@@ -84,22 +99,27 @@ ParameterizedTest(compile_case *c, fakequant_compile, every_spec) {
     cr_assert(kind->build(&spec, name_expr, sizeof name_expr, &launch) == MLA_OK, "%s: build",
               desc);
     int decode = !strcmp(c->kernel, "fakequant_decode");
+    int prefill = !strcmp(c->kernel, "fakequant_prefill");
     cr_expect(launch.threads == (strcmp(c->kernel, "fakequant_qdq") ? MLA__FQ_THREADS
                                                                       : MLA__FQ_QDQ_THREADS),
               "%s: threads %d", desc, launch.threads);
-    cr_expect(launch.dynamic_smem == (decode ? MLA__FQ_DECODE_SMEM : 0), "%s: smem %d", desc,
+    cr_expect(launch.dynamic_smem == (decode ? MLA__FQ_DECODE_SMEM : prefill ? MLA__FQ_PREFILL_SMEM
+                                                                                : 0),
+              "%s: smem %d", desc, launch.dynamic_smem);
+    cr_expect(launch.dynamic_smem <= 227 * 1024, "%s: smem %d over the 227 KiB limit", desc,
               launch.dynamic_smem);
-    cr_expect(!decode || launch.dynamic_smem <= 227 * 1024, "%s: smem %d over the 227 KiB limit",
-              desc, launch.dynamic_smem);
     mla_runtime_destroy(rt);
 }
 
 Test(fakequant_compile, builders_refuse_bad_specs) {
-    static const struct { const char *kernel; int n; long long v[4]; } bad[] = {
+    static const struct { const char *kernel; int n; long long v[6]; } bad[] = {
         {"fakequant_qdq", 2, {3, 1}}, {"fakequant_qdq", 2, {0, 0}}, {"fakequant_qdq", 2, {0, 3}},
         {"fakequant_decode", 4, {2, 0, 0, 0}}, {"fakequant_decode", 4, {0, 3, 0, 0}},
         {"fakequant_decode", 4, {0, 0, -1, 0}}, {"fakequant_decode", 4, {0, 0, 0, 3}},
         {"fakequant_decode", 3, {0, 0, 0}}, {"fakequant_decode_combine", 1, {3}},
+        {"fakequant_prefill", 6, {2, 0, 0, 0, 0, 0}}, {"fakequant_prefill", 6, {0, 3, 0, 0, 0, 0}},
+        {"fakequant_prefill", 6, {0, 0, 0, 0, 0, 6}}, {"fakequant_prefill", 6, {0, 0, 0, 0, 0, 9}},
+        {"fakequant_prefill", 5, {0, 0, 0, 0, 0}},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         const mla__kernel_kind *kind = mla__kernel_kind_find(bad[i].kernel);

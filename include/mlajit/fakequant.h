@@ -8,10 +8,10 @@
  * synchronizes, allocates or reads device memory on the host: a call can be captured in a CUDA
  * graph.
  *
- * Also: mla_fakequant_qdq_rows, the fp8 / NVFP4 quantize-dequantize of rows (spec §2.1, §2.5: the
- * caller's dynamic NVFP4 of q with an fp32 carrier).
- *
- * Not implemented yet: mla_prefill_attention. */
+ * Also: mla_prefill_attention, varlen prefill over packed q/k/v with Q/K/P/V fake quantization
+ * and N:M score sparsity, and mla_fakequant_qdq_rows, the fp8 / NVFP4 quantize-dequantize of rows
+ * (spec §2.1, §2.5: the caller's dynamic NVFP4 of q with an fp32 carrier). docs/FAKEQUANT.md
+ * describes the family. */
 #ifndef MLAJIT_FAKEQUANT_H
 #define MLAJIT_FAKEQUANT_H
 
@@ -111,6 +111,70 @@ MLA_API mla_status mla_attention_decode_shape(const mla_attention_decode_args *a
  * arguments only, never on the batch, the page size or the device. Checks every argument first. */
 MLA_API mla_status mla_attention_decode(mla_runtime *runtime,
                                         const mla_attention_decode_args *args, CUstream stream);
+
+/* ---- mla_prefill_attention ----------------------------------------------------------------- */
+
+/* Bounds of mla_prefill_attention (MLA_ERR_NOT_SUPPORTED beyond them). */
+#define MLA_FAKEQUANT_PREFILL_MAX_QK 576     /* qk_head_dim */
+#define MLA_FAKEQUANT_PREFILL_MAX_V 512      /* v_head_dim */
+#define MLA_FAKEQUANT_PREFILL_MAX_BLOCK_N 256
+
+/* The arguments of mla_prefill_attention, named as in the seed. q, k, v share one dtype. */
+typedef struct mla_prefill_attention_args {
+    size_t struct_size;           /* sizeof(mla_prefill_attention_args), set by init */
+    const DLTensor *q;            /* [total_q, num_heads, qk_head_dim] bfloat16 or float16, unit
+                                     last stride */
+    const DLTensor *k;            /* [total_k, num_kv_heads, qk_head_dim] (NOPE ++ RoPE), q's
+                                     dtype, unit last stride */
+    const DLTensor *v;            /* [total_k, num_kv_heads, v_head_dim], q's dtype, unit last
+                                     stride */
+    const DLTensor *cu_seqlens_q; /* [batch + 1] int32 contiguous, non-decreasing, from 0 to at
+                                     most total_q (read on the device only) */
+    const DLTensor *cu_seqlens_k; /* [batch + 1] int32 contiguous, the same for total_k */
+    int max_seqlen_q;             /* >= 0; sizes the grid only: longer sequences are still done */
+    float softmax_scale;          /* NAN (the init value): None, qk_head_dim ** -0.5 */
+    int causal;                   /* 1: Q is the suffix of the KV span; 0: every key visible */
+    int return_lse;               /* 0; 1: write lse */
+    int q_quant, k_quant, p_quant, v_quant; /* mla_qdq_mode of each operand (none) */
+    float q_amax, k_amax;         /* NAN: None (scale 1.0) */
+    float p_amax;                 /* 1.0; ignored when p_quant is MLA_QDQ_NONE */
+    float v_amax;                 /* NAN: None */
+    int sparsity_n;               /* 0: off; else N of N:M, 1 <= N < M */
+    int sparsity_m;               /* 4: group size, 4 or 8 */
+    int dense_sink_tokens;        /* 0: leading keys kept dense, >= 0 */
+    int dense_recent_tokens;      /* 64: keys kept dense before and at the diagonal, >= 0 */
+    int block_m;                  /* 64: Q tile, a multiple of 16 (does not change numerics) */
+    int block_n;                  /* 64: KV tile, a multiple of 16 up to 256; the running max and
+                                     P quantization follow it */
+    /* Outputs, allocated by the caller (mla_prefill_attention_shape): */
+    const DLTensor *out;          /* [total_q, num_heads, v_head_dim] of q's dtype, unit last
+                                     stride */
+    const DLTensor *lse;          /* [num_heads, total_q] float32 contiguous, natural log, -inf
+                                     for a row with no visible key; NULL when return_lse is 0 */
+} mla_prefill_attention_args;
+
+/* Sets struct_size and the seed's defaults: causal 1, return_lse 0, every mode none, q/k/v amax
+ * NAN, p_amax 1.0, sparsity 0:4, sink 0, recent 64, block_m = block_n = 64, softmax_scale NAN. */
+MLA_API void mla_prefill_attention_args_init(mla_prefill_attention_args *args);
+
+/* What mla_prefill_attention needs the caller to allocate. */
+typedef struct mla_prefill_attention_sizes {
+    int64_t out[3]; /* [total_q, num_heads, v_head_dim] of q's dtype */
+    int64_t lse[2]; /* [num_heads, total_q] float32 */
+} mla_prefill_attention_sizes;
+
+/* Output shapes from the shapes of q and v and the scalar arguments. */
+MLA_API mla_status mla_prefill_attention_shape(const mla_prefill_attention_args *args,
+                                               mla_prefill_attention_sizes *sizes);
+
+/* Varlen MLA prefill attention with Q, K, P and V fake-quantized in the kernel and optional N:M
+ * score sparsity (spec §2-4): per sequence b, queries cu_seqlens_q[b]..[b+1] attend to keys
+ * cu_seqlens_k[b]..[b+1]; head h reads kv head h / (num_heads / num_kv_heads). The running max
+ * and P quantization follow block_n tiles of keys from the sequence's key 0. A row with no
+ * visible key (k_len 0, or causal with q_len > k_len) gets out 0 and lse -inf; empty sequences
+ * are skipped. Checks every argument first. */
+MLA_API mla_status mla_prefill_attention(mla_runtime *runtime,
+                                         const mla_prefill_attention_args *args, CUstream stream);
 
 #ifdef __cplusplus
 }

@@ -177,3 +177,136 @@ done:
     free(kq), free(vq), free(acc);
     return rc;
 }
+
+/* ---- prefill ----------------------------------------------------------------------------- */
+
+void mlr_fq_apply_nm(double *s, const int *dense, int n, int keep_n, int m) {
+    double x[8];
+    for (int g = 0; g + m <= n; g += m) {
+        memcpy(x, s + g, (size_t)m * sizeof *x);
+        for (int j = 0; j < m; j++) {
+            int above = 0;   /* keys that outrank key j */
+            for (int e = 0; e < m; e++) above += x[e] > x[j] || (m == 4 && x[e] == x[j] && e < j);
+            if (above >= keep_n && !(dense && dense[g + j])) s[g + j] = -INFINITY;
+        }
+    }
+}
+
+/* The quantized copy of one sequence's q (per row), k (per row) and v (16-token groups per
+ * column, sequence-relative, the tail padded with 0). */
+static void prefill_quantize(const mlr_fq_prefill_cfg *c, const double *q, int q_len,
+                             const double *k, const double *v, int k_len, double *qq, double *kq,
+                             double *vq) {
+    for (long r = 0; r < (long)q_len * c->heads; r++)
+        mlr_fq_qdq_row(c->q_mode, q + r * c->dqk, c->dqk, c->q_amax, qq + r * c->dqk);
+    for (long r = 0; r < (long)k_len * c->kv_heads; r++)
+        mlr_fq_qdq_row(c->k_mode, k + r * c->dqk, c->dqk, c->k_amax, kq + r * c->dqk);
+    long vs = (long)c->kv_heads * c->dv;   /* token stride of v */
+    for (int col = 0; col < c->kv_heads * c->dv; col++)
+        for (int g = 0; 16 * g < k_len; g++) {
+            double x[16] = {0}, y[16];
+            for (int r = 0; r < 16 && 16 * g + r < k_len; r++) x[r] = v[(16 * g + r) * vs + col];
+            if (c->v_mode == MLR_FQ_NVFP4) mlr_fq_nvfp4_block(x, 16, c->v_amax, y);
+            else mlr_fq_qdq_row(c->v_mode, x, 16, c->v_amax, y);
+            for (int r = 0; r < 16 && 16 * g + r < k_len; r++) vq[(16 * g + r) * vs + col] = y[r];
+        }
+}
+
+/* Score of query i against key j (log2 domain), -inf when hidden. */
+static double prefill_score(const mlr_fq_prefill_cfg *c, const double *qrow, const double *k,
+                            int hk, int i, int j, int q_len, int k_len) {
+    if (j >= k_len || (c->causal && j > i + k_len - q_len)) return -INFINITY;
+    const double *krow = k + ((long)j * c->kv_heads + hk) * c->dqk;
+    double dot = 0;
+    for (int f = 0; f < c->dqk; f++) dot += qrow[f] * krow[f];
+    return dot * c->qk_scale;
+}
+
+/* QP of one tile's p[0..n) (n a multiple of 16). */
+static void prefill_quantize_p(const mlr_fq_prefill_cfg *c, double *p, int n) {
+    if (c->p_mode == MLR_FQ_NVFP4) {
+        for (int j = 0; j < n; j++)
+            p[j] = c->carrier_fp16 ? mlr_fq_round_fp16(p[j]) : mlr_fq_round_bf16(p[j]);
+        for (int j = 0; j < n; j += 16) mlr_fq_nvfp4_block(p + j, 16, c->p_amax, p + j);
+    } else {
+        mlr_fq_qdq_row(c->p_mode, p, n, c->p_amax, p);
+    }
+}
+
+/* One row (query i, head h) of the §2.3 loop over block_n tiles. s, p, dense: block_n scratch. */
+static void prefill_row(const mlr_fq_prefill_cfg *c, const double *qrow, const double *kq,
+                        const double *vq, int h, int i, int q_len, int k_len, double *s,
+                        double *p, int *dense, double *out, double *lse) {
+    int hk = h / (c->heads / c->kv_heads), bn = c->block_n;
+    long end = c->causal ? (long)i + k_len - q_len + 1 : k_len;
+    if (end > k_len) end = k_len;
+    double m = -INFINITY, l = 0;
+    for (int f = 0; f < c->dv; f++) out[f] = 0;
+    for (long t0 = 0; t0 < end; t0 += bn) {
+        double mx = -INFINITY;
+        for (int j = 0; j < bn; j++) {
+            long t = t0 + j, d = (long)i + k_len - q_len - t;
+            s[j] = prefill_score(c, qrow, kq, hk, i, (int)t, q_len, k_len);
+            dense[j] = q_len <= 1 || t < c->sink || (d >= 0 && d < c->recent);
+        }
+        if (c->sparsity_n) mlr_fq_apply_nm(s, dense, bn, c->sparsity_n, c->sparsity_m);
+        for (int j = 0; j < bn; j++) mx = fmax(mx, s[j]);
+        double m_new = fmax(m, mx), corr = m == -INFINITY ? 0 : exp2(m - m_new), sum = 0;
+        for (int j = 0; j < bn; j++) sum += p[j] = s[j] == -INFINITY ? 0 : exp2(s[j] - m_new);
+        l = l * corr + sum;
+        prefill_quantize_p(c, p, bn);
+        for (int f = 0; f < c->dv; f++) {
+            double a = out[f] * corr;
+            for (int j = 0; j < bn && t0 + j < k_len; j++)
+                a += p[j] * vq[((t0 + j) * c->kv_heads + hk) * c->dv + f];
+            out[f] = a;
+        }
+        m = m_new;
+    }
+    for (int f = 0; f < c->dv; f++) out[f] /= fmax(l, 1e-6);
+    *lse = l > 0 ? M_LN2 * (m + log2(l)) : -INFINITY;
+}
+
+int mlr_fq_prefill_seq(const mlr_fq_prefill_cfg *c, const double *q, int q_len, const double *k,
+                       const double *v, int k_len, double *out, double *lse, long lse_stride) {
+    size_t nq = (size_t)q_len * c->heads * c->dqk, nk = (size_t)k_len * c->kv_heads * c->dqk;
+    size_t nv = (size_t)k_len * c->kv_heads * c->dv;
+    double *qq = malloc((nq + 1) * sizeof *qq), *kq = malloc((nk + 1) * sizeof *kq);
+    double *vq = malloc((nv + 1) * sizeof *vq), *s = malloc((size_t)c->block_n * sizeof *s);
+    double *p = malloc((size_t)c->block_n * sizeof *p);
+    int *dense = malloc((size_t)c->block_n * sizeof *dense), rc = -1;
+    if (!qq || !kq || !vq || !s || !p || !dense) goto done;
+    prefill_quantize(c, q, q_len, k, v, k_len, qq, kq, vq);
+    for (int i = 0; i < q_len; i++)
+        for (int h = 0; h < c->heads; h++)
+            prefill_row(c, qq + ((size_t)i * c->heads + h) * c->dqk, kq, vq, h, i, q_len, k_len, s,
+                        p, dense, out + ((size_t)i * c->heads + h) * c->dv, lse + h * lse_stride + i);
+    rc = 0;
+done:
+    free(qq), free(kq), free(vq), free(s), free(p), free(dense);
+    return rc;
+}
+
+int mlr_fq_prefill_dense(const mlr_fq_prefill_cfg *c, const double *q, int q_len,
+                         const double *k, const double *v, int k_len, double *out, double *lse,
+                         long lse_stride) {
+    double *w = malloc(((size_t)k_len + 1) * sizeof *w);
+    if (!w) return -1;
+    for (int i = 0; i < q_len; i++)
+        for (int h = 0; h < c->heads; h++) {
+            int hk = h / (c->heads / c->kv_heads);
+            double mx = -INFINITY, sum = 0, *o = out + ((size_t)i * c->heads + h) * c->dv;
+            const double *qrow = q + ((size_t)i * c->heads + h) * c->dqk;
+            for (int j = 0; j < k_len; j++)
+                mx = fmax(mx, w[j] = prefill_score(c, qrow, k, hk, i, j, q_len, k_len));
+            for (int j = 0; j < k_len; j++) sum += w[j] = w[j] == -INFINITY ? 0 : exp2(w[j] - mx);
+            for (int f = 0; f < c->dv; f++) {
+                double a = 0;
+                for (int j = 0; j < k_len; j++) a += w[j] * v[((size_t)j * c->kv_heads + hk) * c->dv + f];
+                o[f] = sum > 0 ? a / sum : 0;
+            }
+            lse[h * lse_stride + i] = sum > 0 ? M_LN2 * (mx + log2(sum)) : -INFINITY;
+        }
+    free(w);
+    return 0;
+}

@@ -49,4 +49,37 @@ int mlr_fq_decode_request(const mlr_fq_decode_cfg *cfg, const double *q, const d
 int mlr_fq_quantize_v(int v_mode, double v_amax, const double *kv, int s, int D, int rank,
                       double *vq);
 
+/* ---- prefill oracle ---------------------------------------------------------------------- */
+
+typedef struct mlr_fq_prefill_cfg {
+    int heads, kv_heads;        /* head h reads kv head h / (heads / kv_heads) */
+    int dqk, dv;
+    int causal;                 /* Q is the suffix of the KV span */
+    int block_n;                /* the KV tile of the running max and the P quantization */
+    int carrier_fp16;           /* the dtype of v (the NVFP4-P carrier): 1 float16, 0 bfloat16 */
+    double qk_scale;            /* softmax_scale * log2(e), as the kernel gets it */
+    int q_mode, k_mode, p_mode, v_mode; /* MLR_FQ_* */
+    double q_amax, k_amax, p_amax, v_amax;
+    int sparsity_n, sparsity_m; /* N:M, n 0: off */
+    int sink, recent;           /* dense_sink_tokens, dense_recent_tokens */
+} mlr_fq_prefill_cfg;
+
+/* N:M on the scores s[0..n) (n a multiple of m, group g = [m g, m g + m)): m = 4 keeps the top
+ * keep_n by (value desc, index asc), m = 8 keeps every s >= the keep_n-th largest; the others
+ * become -inf unless dense[j] (dense may be NULL: none). */
+void mlr_fq_apply_nm(double *s, const int *dense, int n, int keep_n, int m);
+
+/* One sequence of the §2.3 prefill schedule (tiles of block_n keys from key 0, N:M per §3):
+ * q [q_len][heads][dqk], k [k_len][kv_heads][dqk], v [k_len][kv_heads][dv] as the kernel reads
+ * them; out [q_len][heads][dv]; lse[h * lse_stride + i] natural log (-inf and out 0 for a row
+ * with no visible key). 0 on success, -1 when out of memory. */
+int mlr_fq_prefill_seq(const mlr_fq_prefill_cfg *cfg, const double *q, int q_len, const double *k,
+                       const double *v, int k_len, double *out, double *lse, long lse_stride);
+
+/* Plain masked softmax attention of one sequence (no quantization, no sparsity, one softmax over
+ * every visible key), the same layouts: the reference of the no-quant prefill. */
+int mlr_fq_prefill_dense(const mlr_fq_prefill_cfg *cfg, const double *q, int q_len,
+                         const double *k, const double *v, int k_len, double *out, double *lse,
+                         long lse_stride);
+
 #endif

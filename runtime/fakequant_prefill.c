@@ -1,0 +1,247 @@
+/* Fake-quant MLA prefill: the kind builder of kernel_src/fakequant/prefill.cu, argument checks
+ * (spec §4, with the upstream messages), the shape helper and dispatch of mla_prefill_attention. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/fakequant_kinds.h"
+#include "runtime/internal.h"
+
+#define LOG2E 1.4426950408889634
+#define MAX_GRID_YZ 65535
+#define MAX_GRID_X 65535
+
+mla_status mla__fakequant_prefill_build(const mla__spec *spec, char *name_expr, size_t size,
+                                        mla__launch_info *launch) {
+    static const char *const names[] = {"dtype", "q_quant", "k_quant", "p_quant", "v_quant",
+                                        "sparsity_m"};
+    static const long long max[] = {1, 2, 2, 2, 2, 8};
+    MLA_ARG_CHECK(spec->n_params == 6, "%s: expected 6 parameters, got %d", spec->kernel,
+                  spec->n_params);
+    for (int i = 0; i < 6; i++) {
+        MLA_ARG_CHECK(!strcmp(spec->params[i].name, names[i]), "%s: parameter %d: expected %s, "
+                      "got %s", spec->kernel, i, names[i], spec->params[i].name);
+        MLA_ARG_CHECK(spec->params[i].value >= 0 && spec->params[i].value <= max[i],
+                      "%s: %s: expected 0..%lld, got %lld", spec->kernel, names[i], max[i],
+                      spec->params[i].value);
+    }
+    long long m = spec->params[5].value;
+    MLA_ARG_CHECK(m == 0 || m == 4 || m == 8, "%s: sparsity_m: expected 0 (off), 4 or 8, got %lld",
+                  spec->kernel, m);
+    int n = snprintf(name_expr, size, "mla::fakequant::prefill_kernel<%s, %lld, %lld, %lld, %lld, "
+                     "%lld>", spec->params[0].value ? "true" : "false", spec->params[1].value,
+                     spec->params[2].value, spec->params[3].value, spec->params[4].value, m);
+    MLA_RETURN_ERROR_IF(n < 0 || (size_t)n >= size, MLA_ERR_INTERNAL,
+                        "%s: name expression buffer of %zu bytes too small", spec->kernel, size);
+    launch->threads = MLA__FQ_THREADS;
+    launch->dynamic_smem = MLA__FQ_PREFILL_SMEM;
+    launch->cluster = 1;
+    return MLA_OK;
+}
+
+void mla_prefill_attention_args_init(mla_prefill_attention_args *args) {
+    memset(args, 0, sizeof *args);
+    args->struct_size = sizeof *args;
+    args->softmax_scale = NAN;
+    args->causal = 1;
+    args->q_amax = args->k_amax = args->v_amax = NAN;
+    args->p_amax = 1.0f;
+    args->sparsity_m = 4;
+    args->dense_recent_tokens = 64;
+    args->block_m = args->block_n = 64;
+}
+
+/* What the checks learn about a call. */
+typedef struct pdims {
+    int f16;
+    long long total_q, total_k;
+    int batch, heads, kv_heads, dqk, dv;
+} pdims;
+
+/* Scalars: struct, modes and amaxes, sparsity, tiles, flags. */
+static mla_status check_scalars(const mla_prefill_attention_args *a) {
+    MLA_ARG_CHECK(a != NULL, "args: expected mla_prefill_attention_args, got NULL");
+    MLA_ARG_CHECK(a->struct_size == sizeof *a, "args: struct_size %zu, expected %zu (call "
+                  "mla_prefill_attention_args_init)", a->struct_size, sizeof *a);
+    MLA_FORWARD_IF_ERROR(mla__fq_check_mode(a->q_quant, a->q_amax, "q_quant", "q_amax"));
+    MLA_FORWARD_IF_ERROR(mla__fq_check_mode(a->k_quant, a->k_amax, "k_quant", "k_amax"));
+    MLA_FORWARD_IF_ERROR(mla__fq_check_mode(a->p_quant, a->p_amax, "p_quant", "p_amax"));
+    MLA_FORWARD_IF_ERROR(mla__fq_check_mode(a->v_quant, a->v_amax, "v_quant", "v_amax"));
+    MLA_ARG_CHECK(a->p_quant == MLA_QDQ_NONE || !isnan(a->p_amax), "p_amax: expected a finite "
+                  "positive amax with p_quant set, got nan");
+    MLA_ARG_CHECK(isnan(a->softmax_scale) || isfinite(a->softmax_scale), "softmax_scale: expected "
+                  "a finite value or NAN (None), got %g", (double)a->softmax_scale);
+    MLA_ARG_CHECK(a->block_m > 0 && a->block_n > 0 && a->block_m % 16 == 0 && a->block_n % 16 == 0,
+                  "block_m and block_n must be positive multiples of 16, got %d and %d",
+                  a->block_m, a->block_n);
+    MLA_RETURN_ERROR_IF(a->block_n > MLA_FAKEQUANT_PREFILL_MAX_BLOCK_N, MLA_ERR_NOT_SUPPORTED,
+                        "block_n: supported up to %d, got %d", MLA_FAKEQUANT_PREFILL_MAX_BLOCK_N,
+                        a->block_n);
+    if (a->sparsity_n != 0) {
+        MLA_ARG_CHECK(a->sparsity_m == 4 || a->sparsity_m == 8, "sparsity_m: expected 4 or 8, got "
+                      "%d", a->sparsity_m);
+        MLA_ARG_CHECK(a->sparsity_n >= 1 && a->sparsity_n < a->sparsity_m, "sparsity_n: expected "
+                      "0 (off) or 1 <= sparsity_n < sparsity_m = %d, got %d", a->sparsity_m,
+                      a->sparsity_n);
+    }
+    MLA_ARG_CHECK(a->dense_sink_tokens >= 0 && a->dense_recent_tokens >= 0, "dense_sink_tokens "
+                  "and dense_recent_tokens: expected >= 0, got %d and %d", a->dense_sink_tokens,
+                  a->dense_recent_tokens);
+    MLA_ARG_CHECK(a->max_seqlen_q >= 0, "max_seqlen_q: expected >= 0, got %d", a->max_seqlen_q);
+    MLA_ARG_CHECK(a->causal == 0 || a->causal == 1, "causal: expected 0 or 1, got %d", a->causal);
+    MLA_ARG_CHECK(a->return_lse == 0 || a->return_lse == 1, "return_lse: expected 0 or 1, got %d",
+                  a->return_lse);
+    return MLA_OK;
+}
+
+/* A 3-D tensor of rows: unit last stride, non-negative other strides, aligned elements. */
+static mla_status check_rows3(const mla_runtime *rt, const DLTensor *t, const char *name) {
+    MLA_FORWARD_IF_ERROR(mla__check_tensor(rt, t, name, MLA_DT_BF16_OR_FP16, 3));
+    MLA_ARG_CHECK(mla__stride(t, 2) == 1 || t->shape[2] == 1, "%s: expected a unit last stride, "
+                  "got %lld", name, (long long)mla__stride(t, 2));
+    for (int i = 0; i < 2; i++)
+        MLA_ARG_CHECK(t->shape[i] <= 1 || mla__stride(t, i) >= 0, "%s: expected stride[%d] >= 0, "
+                      "got %lld", name, i, (long long)mla__stride(t, i));
+    return mla__check_align(t, name, 2);
+}
+
+/* q, k, v: shapes and one dtype; the head dims against the quant modes and the bounds. */
+static mla_status check_qkv(const mla_runtime *rt, const mla_prefill_attention_args *a,
+                            pdims *d) {
+    char b1[64], b2[64];
+    MLA_FORWARD_IF_ERROR(check_rows3(rt, a->q, "q"));
+    MLA_FORWARD_IF_ERROR(check_rows3(rt, a->k, "k"));
+    MLA_FORWARD_IF_ERROR(check_rows3(rt, a->v, "v"));
+    DLDataType dt = a->q->dtype;
+    MLA_ARG_CHECK(a->k->dtype.code == dt.code && a->k->dtype.bits == dt.bits, "k: expected dtype "
+                  "%s (q's), got %s", mla__dtype_name(dt, b1, sizeof b1),
+                  mla__dtype_name(a->k->dtype, b2, sizeof b2));
+    MLA_ARG_CHECK(a->v->dtype.code == dt.code && a->v->dtype.bits == dt.bits, "v: expected dtype "
+                  "%s (q's), got %s", mla__dtype_name(dt, b1, sizeof b1),
+                  mla__dtype_name(a->v->dtype, b2, sizeof b2));
+    d->f16 = dt.code == kDLFloat;
+    d->total_q = a->q->shape[0], d->total_k = a->k->shape[0];
+    d->heads = (int)a->q->shape[1], d->kv_heads = (int)a->k->shape[1];
+    d->dqk = (int)a->q->shape[2], d->dv = (int)a->v->shape[2];
+    MLA_ARG_CHECK(a->q->shape[1] >= 1 && a->k->shape[1] >= 1 && a->q->shape[1] <= 0x7fffffff,
+                  "q, k: expected num_heads and num_kv_heads >= 1, got %lld and %lld",
+                  (long long)a->q->shape[1], (long long)a->k->shape[1]);
+    MLA_ARG_CHECK(d->heads % d->kv_heads == 0, "q: num_heads %d must be divisible by k's "
+                  "num_kv_heads %d", d->heads, d->kv_heads);
+    MLA_FORWARD_IF_ERROR(mla__check_dim(a->k, "k", 2, d->dqk, "qk_head_dim of q"));
+    MLA_FORWARD_IF_ERROR(mla__check_dim(a->v, "v", 0, d->total_k, "total_k of k"));
+    MLA_FORWARD_IF_ERROR(mla__check_dim(a->v, "v", 1, d->kv_heads, "num_kv_heads of k"));
+    MLA_ARG_CHECK(d->dqk >= 1 && d->dv >= 1, "q, v: expected qk_head_dim and v_head_dim >= 1, got "
+                  "%d and %d", d->dqk, d->dv);
+    MLA_ARG_CHECK((a->q_quant != MLA_QDQ_NVFP4 && a->k_quant != MLA_QDQ_NVFP4) || d->dqk % 16 == 0,
+                  "q_quant/k_quant nvfp4 needs qk_head_dim %% 16 == 0, got qk_head_dim %d",
+                  d->dqk);
+    MLA_RETURN_ERROR_IF(d->dqk > MLA_FAKEQUANT_PREFILL_MAX_QK || d->dv > MLA_FAKEQUANT_PREFILL_MAX_V
+                        || d->kv_heads > MAX_GRID_YZ, MLA_ERR_NOT_SUPPORTED, "q, v: supported up "
+                        "to qk_head_dim %d, v_head_dim %d and %d kv heads, got %d, %d and %d",
+                        MLA_FAKEQUANT_PREFILL_MAX_QK, MLA_FAKEQUANT_PREFILL_MAX_V, MAX_GRID_YZ,
+                        d->dqk, d->dv, d->kv_heads);
+    return MLA_OK;
+}
+
+/* cu_seqlens_q, cu_seqlens_k: int32 [batch + 1], the same length. */
+static mla_status check_cu(const mla_runtime *rt, const mla_prefill_attention_args *a, pdims *d) {
+    MLA_FORWARD_IF_ERROR(mla__check_tensor(rt, a->cu_seqlens_q, "cu_seqlens_q", MLA_DT_INT32, 1));
+    MLA_FORWARD_IF_ERROR(mla__check_tensor(rt, a->cu_seqlens_k, "cu_seqlens_k", MLA_DT_INT32, 1));
+    MLA_ARG_CHECK(a->cu_seqlens_q->shape[0] == a->cu_seqlens_k->shape[0], "cu_seqlens_q and "
+                  "cu_seqlens_k must have the same length, got %lld and %lld",
+                  (long long)a->cu_seqlens_q->shape[0], (long long)a->cu_seqlens_k->shape[0]);
+    long long n = a->cu_seqlens_q->shape[0];
+    MLA_ARG_CHECK(n >= 1, "cu_seqlens_q: expected batch + 1 >= 1 entries, got 0");
+    MLA_RETURN_ERROR_IF(n - 1 > MAX_GRID_YZ, MLA_ERR_NOT_SUPPORTED, "cu_seqlens_q: supported up "
+                        "to a batch of %d, got %lld", MAX_GRID_YZ, n - 1);
+    MLA_FORWARD_IF_ERROR(mla__check_contiguous(a->cu_seqlens_q, "cu_seqlens_q"));
+    MLA_FORWARD_IF_ERROR(mla__check_contiguous(a->cu_seqlens_k, "cu_seqlens_k"));
+    MLA_FORWARD_IF_ERROR(mla__check_align(a->cu_seqlens_q, "cu_seqlens_q", 4));
+    MLA_FORWARD_IF_ERROR(mla__check_align(a->cu_seqlens_k, "cu_seqlens_k", 4));
+    MLA_RETURN_ERROR_IF(d->total_q > 0x7fffffff || d->total_k > 0x7fffffff, MLA_ERR_NOT_SUPPORTED,
+                        "q, k: supported up to 2147483647 tokens (int32 cu_seqlens), got %lld and "
+                        "%lld", d->total_q, d->total_k);
+    d->batch = (int)(n - 1);
+    return MLA_OK;
+}
+
+/* out [total_q, heads, dv] of q's dtype; lse [heads, total_q] float32 with return_lse. */
+static mla_status check_outputs(const mla_runtime *rt, const mla_prefill_attention_args *a,
+                                const pdims *d) {
+    char b1[64], b2[64];
+    MLA_FORWARD_IF_ERROR(check_rows3(rt, a->out, "out"));
+    MLA_ARG_CHECK(a->out->dtype.code == a->v->dtype.code, "out: expected dtype %s (v's), got %s",
+                  mla__dtype_name(a->v->dtype, b1, sizeof b1),
+                  mla__dtype_name(a->out->dtype, b2, sizeof b2));
+    const int64_t want[3] = {d->total_q, d->heads, d->dv};
+    static const char *const what[3] = {"total_q of q", "num_heads of q", "v_head_dim of v"};
+    for (int i = 0; i < 3; i++) MLA_FORWARD_IF_ERROR(mla__check_dim(a->out, "out", i, want[i], what[i]));
+    if (!a->return_lse && !a->lse) return MLA_OK;
+    MLA_FORWARD_IF_ERROR(mla__check_tensor(rt, a->lse, "lse", MLA_DT_FP32, 2));
+    MLA_FORWARD_IF_ERROR(mla__check_dim(a->lse, "lse", 0, d->heads, "num_heads of q"));
+    MLA_FORWARD_IF_ERROR(mla__check_dim(a->lse, "lse", 1, d->total_q, "total_q of q"));
+    MLA_FORWARD_IF_ERROR(mla__check_contiguous(a->lse, "lse"));
+    return mla__check_align(a->lse, "lse", 4);
+}
+
+mla_status mla_prefill_attention_shape(const mla_prefill_attention_args *args,
+                                       mla_prefill_attention_sizes *sizes) {
+    MLA_FORWARD_IF_ERROR(check_scalars(args));
+    MLA_ARG_CHECK(sizes != NULL, "sizes: expected a struct to fill, got NULL");
+    MLA_ARG_CHECK(args->q != NULL && args->q->ndim == 3, "q: expected a 3-D tensor");
+    MLA_ARG_CHECK(args->v != NULL && args->v->ndim == 3, "v: expected a 3-D tensor");
+    long long t = args->q->shape[0], h = args->q->shape[1];
+    sizes->out[0] = t, sizes->out[1] = h, sizes->out[2] = args->v->shape[2];
+    sizes->lse[0] = h, sizes->lse[1] = t;
+    return MLA_OK;
+}
+
+static mla_status launch_prefill(mla_runtime *rt, const mla_prefill_attention_args *a,
+                                 const pdims *d, CUstream stream) {
+    double scale = isnan(a->softmax_scale) ? 1.0 / sqrt((double)d->dqk) : (double)a->softmax_scale;
+    int sparse = a->sparsity_n != 0;
+    mla__fq_prefill_params p = {
+        .q = mla__data(a->q), .q_stride_t = mla__stride(a->q, 0), .q_stride_h = mla__stride(a->q, 1),
+        .k = mla__data(a->k), .k_stride_t = mla__stride(a->k, 0), .k_stride_h = mla__stride(a->k, 1),
+        .v = mla__data(a->v), .v_stride_t = mla__stride(a->v, 0), .v_stride_h = mla__stride(a->v, 1),
+        .cu_q = mla__data(a->cu_seqlens_q), .cu_k = mla__data(a->cu_seqlens_k),
+        .out = mla__data(a->out), .o_stride_t = mla__stride(a->out, 0),
+        .o_stride_h = mla__stride(a->out, 1), .lse = a->return_lse ? mla__data(a->lse) : 0,
+        .total_q = d->total_q, .batch = d->batch, .heads = d->heads, .kv_heads = d->kv_heads,
+        .dqk = d->dqk, .dv = d->dv, .block_n = a->block_n, .causal = a->causal,
+        .sparsity_n = a->sparsity_n, .sink = a->dense_sink_tokens,
+        .recent = a->dense_recent_tokens, .qk_scale = (float)(scale * LOG2E),
+        .q_scale = mla__fq_scale(a->q_quant, a->q_amax), .k_scale = mla__fq_scale(a->k_quant, a->k_amax),
+        .p_scale = mla__fq_scale(a->p_quant, a->p_amax), .v_scale = mla__fq_scale(a->v_quant, a->v_amax),
+    };
+    mla__spec spec;
+    mla__spec_init(&spec, "fakequant_prefill");
+    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "dtype", d->f16));
+    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "q_quant", a->q_quant));
+    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "k_quant", a->k_quant));
+    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "p_quant", a->p_quant));
+    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "v_quant", a->v_quant));
+    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "sparsity_m", sparse ? a->sparsity_m : 0));
+    const mla__kernel *k = NULL;
+    MLA_FORWARD_IF_ERROR(mla__get_kernel(rt, &spec, &k));
+    long long groups = d->heads / d->kv_heads;
+    long long tiles = ((long long)a->max_seqlen_q * groups + MLA__FQ_PREFILL_ROWS - 1) /
+                      MLA__FQ_PREFILL_ROWS;
+    unsigned gx = (unsigned)(tiles < 1 ? 1 : tiles > MAX_GRID_X ? MAX_GRID_X : tiles);
+    void *args[] = {&p};
+    return mla__launch(rt, k, gx, (unsigned)d->kv_heads, (unsigned)d->batch, stream, args);
+}
+
+mla_status mla_prefill_attention(mla_runtime *runtime, const mla_prefill_attention_args *args,
+                                 CUstream stream) {
+    MLA_ARG_CHECK(runtime != NULL, "runtime: expected a runtime, got NULL");
+    pdims d = {0};
+    MLA_FORWARD_IF_ERROR(check_scalars(args));
+    MLA_FORWARD_IF_ERROR(check_qkv(runtime, args, &d));
+    MLA_FORWARD_IF_ERROR(check_cu(runtime, args, &d));
+    MLA_FORWARD_IF_ERROR(check_outputs(runtime, args, &d));
+    if (d.batch == 0 || d.total_q == 0) return MLA_OK;
+    MLA_FORWARD_IF_ERROR(mla__runtime_enter(runtime));
+    return launch_prefill(runtime, args, &d, stream);
+}
