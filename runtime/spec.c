@@ -14,6 +14,8 @@ static const char *const no_params[] = {NULL};
 static const char *const fakequant_qdq_params[] = {"in_dtype", "mode", NULL};
 static const char *const fakequant_decode_params[] = {"cache_dtype", "k_qdq", "v_qdq", "p_qdq", NULL};
 static const char *const fakequant_combine_params[] = {"out_dtype", NULL};
+static const char *const fakequant_prefill_params[] = {"dtype", "q_quant", "k_quant", "p_quant",
+                                                       "v_quant", "sparsity_m", NULL};
 static const char *const dsv4_attention_params[] = {"H", "page_size", "draft_tokens", "hca", NULL};
 static const char *const dsv4_output_proj_params[] = {"H", "G", NULL};
 static const char *const flashmla_decode_params[] = {"kv_dtype", "page_class", "causal", NULL};
@@ -31,6 +33,8 @@ static const mla__kernel_kind kinds[] = {
     {"flashmla_decode", "flashmla/decode.cu", flashmla_decode_params, mla__flashmla_decode_build},
     {"flashmla_decode_sm90", "flashmla/decode_sm90.cu", flashmla_decode_params,
      mla__flashmla_decode_sm90_build},
+    {"flashmla_decode_sm90v1", "flashmla/decode_sm90_v1.cu", flashmla_decode_params,
+     mla__flashmla_decode_sm90_build},
     {"flashmla_combine", "flashmla/combine.cu", flashmla_combine_params,
      mla__flashmla_combine_build},
     {"flashmla_sparse_decode", "flashmla/sparse_decode.cu", no_params,
@@ -42,6 +46,8 @@ static const mla__kernel_kind kinds[] = {
      mla__fakequant_decode_build},
     {"fakequant_decode_combine", "fakequant/decode.cu", fakequant_combine_params,
      mla__fakequant_combine_build},
+    {"fakequant_prefill", "fakequant/prefill.cu", fakequant_prefill_params,
+     mla__fakequant_prefill_build},
 };
 
 const mla__kernel_kind *mla__kernel_kinds(int *count) {
