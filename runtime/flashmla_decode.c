@@ -1,7 +1,7 @@
 /* FlashMLA-compatible dense decode: argument checks and dispatch of mla_flash_with_kvcache (the
  * decode kernel, then the split combine), its shape helper and the decode kind builders
  * (kernel_src/flashmla/decode.cu, the portable kernel; decode_sm90.cu, the wgmma kernel that
- * sm_90a runs for 16-bit KV; decode_sm90_v1.cu, its first version, on request). */
+ * sm_90a runs for 16-bit KV). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,9 +64,9 @@ mla_status mla__flashmla_decode_sm90_build(const mla__spec *spec, char *name_exp
 
 const char *mla__flashmla_decode_kind(const char *arch, int kv, const char *force) {
     int portable = force && !strcmp(force, "portable");
-    if (portable || strcmp(arch, "sm_90a") || kv == MLA__FLASHMLA_KV_FP8)
-        return "flashmla_decode";
-    return force && !strcmp(force, "sm90v1") ? "flashmla_decode_sm90v1" : "flashmla_decode_sm90";
+    if (!portable && !strcmp(arch, "sm_90a") && kv != MLA__FLASHMLA_KV_FP8)
+        return "flashmla_decode_sm90";
+    return "flashmla_decode";
 }
 
 void mla_flash_with_kvcache_args_init(mla_flash_with_kvcache_args *args) {

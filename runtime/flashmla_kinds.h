@@ -20,15 +20,12 @@ mla_status mla__flashmla_decode_build(const struct mla__spec *spec, char *name_e
 mla_status mla__flashmla_combine_build(const struct mla__spec *spec, char *name_expr, size_t size,
                                        struct mla__launch_info *launch);
 /* "flashmla_decode_sm90" (kv_dtype 0 or 1, page_class, causal): the wgmma decode
- * (kernel_src/flashmla/decode_sm90.cu), same grid and parameters as "flashmla_decode"; also
- * builds "flashmla_decode_sm90v1" (decode_sm90_v1.cu, same kernel name, shared memory and
- * launch). */
+ * (kernel_src/flashmla/decode_sm90.cu), same grid and parameters as "flashmla_decode". */
 mla_status mla__flashmla_decode_sm90_build(const struct mla__spec *spec, char *name_expr,
                                            size_t size, struct mla__launch_info *launch);
-/* The decode kind a call on arch with KV kind kv runs: on sm_90a for 16-bit KV
- * "flashmla_decode_sm90", or what force (the value of $MLAJIT_FLASHMLA_DECODE, may be NULL) asks:
- * "portable" -> "flashmla_decode", "sm90v1" -> "flashmla_decode_sm90v1"; otherwise
- * "flashmla_decode". */
+/* The decode kind a call on arch with KV kind kv runs: "flashmla_decode_sm90" on sm_90a for
+ * 16-bit KV unless force is "portable" (the value of $MLAJIT_FLASHMLA_DECODE, may be NULL),
+ * else "flashmla_decode". */
 const char *mla__flashmla_decode_kind(const char *arch, int kv, const char *force);
 
 /* Spec values. */
@@ -41,7 +38,7 @@ enum { MLA__FLASHMLA_OUT_BF16 = 0, MLA__FLASHMLA_OUT_FP16 = 1 };
 #define MLA__FLASHMLA_METADATA_THREADS 512
 #define MLA__FLASHMLA_DECODE_THREADS 256
 #define MLA__FLASHMLA_DECODE_SMEM 229888    /* decode.cu kSmemBytes */
-#define MLA__FLASHMLA_DECODE_SM90_SMEM 230912 /* decode_sm90{,_v1}.cu kSmemBytes90 */
+#define MLA__FLASHMLA_DECODE_SM90_SMEM 230912 /* decode_sm90.cu kSmemBytes90 */
 #define MLA__FLASHMLA_COMBINE_THREADS 256
 #define MLA__FLASHMLA_COMBINE_ROWS 8        /* rows (warps) per combine CTA */
 #define MLA__FLASHMLA_WS_ALIGN 256

@@ -33,8 +33,6 @@ static const mla__kernel_kind kinds[] = {
     {"flashmla_decode", "flashmla/decode.cu", flashmla_decode_params, mla__flashmla_decode_build},
     {"flashmla_decode_sm90", "flashmla/decode_sm90.cu", flashmla_decode_params,
      mla__flashmla_decode_sm90_build},
-    {"flashmla_decode_sm90v1", "flashmla/decode_sm90_v1.cu", flashmla_decode_params,
-     mla__flashmla_decode_sm90_build},
     {"flashmla_combine", "flashmla/combine.cu", flashmla_combine_params,
      mla__flashmla_combine_build},
     {"flashmla_sparse_decode", "flashmla/sparse_decode.cu", no_params,

@@ -1,9 +1,8 @@
 /* Compile tests of the FlashMLA-compatible kernels: every specialization (metadata; decode for
  * kv_dtype x page_class x causal; combine for both out dtypes) compiles with NVRTC for sm_90a and
  * sm_100a through the library (mla__precompile, no GPU needed) and reports the launch needs the
- * runtime will use; the wgmma decode, both versions (16-bit KV x page_class x causal), compiles
- * for sm_90a, and the dispatch picks version 2 on sm_90a only, for 16-bit KV only, unless the
- * portable path or version 1 is forced.
+ * runtime will use; the wgmma decode (16-bit KV x page_class x causal) compiles for sm_90a, and
+ * the dispatch picks it on sm_90a only, for 16-bit KV only, unless the portable path is forced.
  * Spec values outside the kinds' ranges are refused by the builders. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
@@ -21,7 +20,7 @@ typedef struct compile_case {
     int v[3];         /* kv_dtype, page_class, causal | out_dtype */
 } compile_case;
 
-#define N_CASES (2 * (1 + 12 + 2) + 2 * 8)
+#define N_CASES (2 * (1 + 12 + 2) + 8)
 static compile_case cases[N_CASES];
 
 static void fill_cases(void) {
@@ -46,16 +45,14 @@ static void fill_cases(void) {
             c->n = 1, c->v[0] = out;
         }
     }
-    static const char *const sm90_kinds[2] = {"flashmla_decode_sm90", "flashmla_decode_sm90v1"};
-    for (int k = 0; k < 2; k++)
-        for (int kv = 0; kv < 2; kv++)
-            for (int pc = 0; pc < 2; pc++)
-                for (int causal = 0; causal < 2; causal++) {
-                    compile_case *c = &cases[n++];
-                    snprintf(c->arch, sizeof c->arch, "sm_90a");
-                    snprintf(c->kernel, sizeof c->kernel, "%s", sm90_kinds[k]);
-                    c->n = 3, c->v[0] = kv, c->v[1] = pc, c->v[2] = causal;
-                }
+    for (int kv = 0; kv < 2; kv++)
+        for (int pc = 0; pc < 2; pc++)
+            for (int causal = 0; causal < 2; causal++) {
+                compile_case *c = &cases[n++];
+                snprintf(c->arch, sizeof c->arch, "sm_90a");
+                snprintf(c->kernel, sizeof c->kernel, "flashmla_decode_sm90");
+                c->n = 3, c->v[0] = kv, c->v[1] = pc, c->v[2] = causal;
+            }
 }
 
 ParameterizedTestParameters(flashmla_compile, every_spec) {
@@ -96,7 +93,7 @@ ParameterizedTest(compile_case *c, flashmla_compile, every_spec) {
     cr_assert(mla__spec_key(rt, &spec, c->arch, &key, hash, name, sizeof name, &launch) == MLA_OK,
               "%s %s: spec key: %s", desc, c->arch, mla_last_error());
     free(key);
-    int sm90 = !strncmp(c->kernel, "flashmla_decode_sm90", 20);
+    int sm90 = !strcmp(c->kernel, "flashmla_decode_sm90");
     int want_threads = !strcmp(c->kernel, "flashmla_decode") || sm90
                            ? MLA__FLASHMLA_DECODE_THREADS
                        : !strcmp(c->kernel, "flashmla_combine") ? MLA__FLASHMLA_COMBINE_THREADS
@@ -133,7 +130,6 @@ static bad_spec bad[] = {
     {"flashmla_decode_sm90", 3, {"kv_dtype", "page_class", "causal"}, {2, 0, 0}, "kv_dtype"},
     {"flashmla_decode_sm90", 3, {"kv_dtype", "page_class", "causal"}, {0, 2, 0}, "page_class"},
     {"flashmla_decode_sm90", 3, {"kv_dtype", "page_class", "causal"}, {0, 0, 2}, "causal"},
-    {"flashmla_decode_sm90v1", 3, {"kv_dtype", "page_class", "causal"}, {2, 0, 0}, "kv_dtype"},
     {"flashmla_combine", 1, {"out_dtype", "", ""}, {2, 0, 0}, "out_dtype"},
     {"flashmla_combine", 0, {"", "", ""}, {0, 0, 0}, "out_dtype"},
     {"flashmla_metadata", 1, {"x", "", ""}, {1, 0, 0}, "no parameters"},
@@ -158,8 +154,7 @@ ParameterizedTest(bad_spec *b, flashmla_compile, bad_specs) {
 }
 
 /* The decode kind each arch and KV kind runs: the wgmma kernel on sm_90a for bf16 and fp16 only,
- * the portable one when $MLAJIT_FLASHMLA_DECODE=portable forces it, the wgmma version 1 when
- * sm90v1 does (on sm_90a for 16-bit KV only). */
+ * and the portable one when $MLAJIT_FLASHMLA_DECODE=portable forces it. */
 Test(flashmla_compile, decode_dispatch) {
     static const struct {
         char arch[16];
@@ -172,10 +167,6 @@ Test(flashmla_compile, decode_dispatch) {
         {"sm_90a", MLA__FLASHMLA_KV_FP8, "", "flashmla_decode"},
         {"sm_90a", MLA__FLASHMLA_KV_BF16, "portable", "flashmla_decode"},
         {"sm_90a", MLA__FLASHMLA_KV_FP16, "other", "flashmla_decode_sm90"},
-        {"sm_90a", MLA__FLASHMLA_KV_BF16, "sm90v1", "flashmla_decode_sm90v1"},
-        {"sm_90a", MLA__FLASHMLA_KV_FP16, "sm90v1", "flashmla_decode_sm90v1"},
-        {"sm_90a", MLA__FLASHMLA_KV_FP8, "sm90v1", "flashmla_decode"},
-        {"sm_100a", MLA__FLASHMLA_KV_BF16, "sm90v1", "flashmla_decode"},
         {"sm_100a", MLA__FLASHMLA_KV_BF16, "", "flashmla_decode"},
         {"sm_100a", MLA__FLASHMLA_KV_FP16, "", "flashmla_decode"},
         {"sm_90", MLA__FLASHMLA_KV_BF16, "", "flashmla_decode"},

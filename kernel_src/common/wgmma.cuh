@@ -80,17 +80,6 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 #endif
 }
 
-// Not an instruction: an empty asm that reads and writes each accumulator register, so the
-// compiler neither moves nor copies them across it. Put it after issuing a wgmma whose result is
-// awaited later (other work in between) and after the wait that retires it: the asm operands of
-// the wgmma tell the compiler the registers are final at issue, which is false until the wait.
-template <int N>
-__device__ __forceinline__ void wgmma_fence_operand(float (&d)[N][4]) {
-#pragma unroll
-    for (int i = 0; i < N; i++)
-        asm volatile("" : "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])::"memory");
-}
-
 #define MLA_WGMMA_D4(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
 
 // wgmma.mma_async.sync.aligned.m64n32k16.f32.{f16,bf16}: D[64 x 32] (+)= A[64 x 16] B[16 x 32],

@@ -1,10 +1,8 @@
-// FlashMLA-compatible dense paged decode, sm_90a path, version 2: the QK^T and PV products on
-// wgmma (warpgroup MMA, operands in shared memory through 128-byte-swizzle descriptors, fp32
-// accumulators in registers), QK of tile i + 1 issued right behind PV of tile i. Same math, grid,
-// schedule, work split, softmax and outputs as the portable kernel (decode.cu, whose helpers this
-// file reuses); only the shared-memory tile layout, the two matrix products and their overlap
-// differ, so both produce the same numbers up to fp32 summation order. Version 1 (every product
-// waited for at once) is decode_sm90_v1.cu, kind "flashmla_decode_sm90v1".
+// FlashMLA-compatible dense paged decode, sm_90a path: the QK^T and PV products on wgmma (warpgroup
+// MMA, operands in shared memory through 128-byte-swizzle descriptors, fp32 accumulators in
+// registers). Same math, grid, schedule, work split, softmax and outputs as the portable kernel
+// (decode.cu, whose helpers this file reuses); only the shared-memory tile layout and the two
+// matrix products differ, so both produce the same numbers up to fp32 summation order.
 //
 // Template parameters (the spec "flashmla_decode_sm90" fixes them):
 //   kKV        0: bf16 q / k_cache / out; 1: fp16 (fp8 stays on the portable kernel)
@@ -19,15 +17,6 @@
 // The wgmma accumulator layout gives each thread exactly the S and O elements the portable
 // kernel's warp (wm, wn) holds in its mma.sync fragments (wgmma.cuh), so the softmax, the row
 // exchange and the stores are decode.cu's.
-//
-// Pipeline of tile i (K tiles double-buffered, buffer i % 2; S(i) in registers on entry):
-//   softmax(i) -> P (barrier: row maxima), wait for the cp.async of tile i + 1 ->
-//   (barrier: P and tile i + 1 visible) -> issue PV(i), issue QK(i + 1) ->
-//   wait PV(i) (barrier: every warpgroup done with buffer i % 2 and P) ->
-//   issue the cp.async of tile i + 2 into buffer i % 2 -> wait QK(i + 1).
-// The tensor cores run PV(i) and QK(i + 1) back to back, and the next load is issued under QK;
-// three CTA barriers per tile (version 1: four). Each warpgroup's products and their summation
-// order are version 1's.
 //
 // Shared memory (bytes, from a 1024-aligned base): a 64 x 576 16-bit tile is 9 column blocks of
 // 64 values (128-byte rows); block b holds rows 0..63 at 128-byte pitch, 8192 bytes, 16-byte chunk
@@ -93,10 +82,10 @@ __device__ __forceinline__ void publish_smem_to_wgmma() {
     __syncthreads();
 }
 
-// Issues S[64 rows][32 keys of half wn] = Q K^T over 576 dims (36 k16 steps, one commit group).
+// S[64 rows][32 keys of half wn] = Q K^T over 576 dims (36 k16 steps; waits for the result).
 template <bool kF16>
-__device__ __forceinline__ void qk_wgmma_issue(float (&s)[4][4], unsigned q_tile, unsigned k_tile,
-                                               int wn) {
+__device__ __forceinline__ void qk_wgmma(float (&s)[4][4], unsigned q_tile, unsigned k_tile,
+                                         int wn) {
 #pragma unroll
     for (int n = 0; n < 4; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;  // defined inputs
     wgmma_fence();
@@ -108,14 +97,13 @@ __device__ __forceinline__ void qk_wgmma_issue(float (&s)[4][4], unsigned q_tile
         wgmma_m64n32k16<kF16, 0>(s, a, b, kk > 0);
     }
     wgmma_commit_group();
-    wgmma_fence_operand(s);
+    wgmma_wait_group<0>();
 }
 
-// Issues O[64 rows][256 columns of half wn] += P V over the 64 keys (4 k16 steps, one group).
+// O[64 rows][256 columns of half wn] += P V over the 64 keys (4 k16 steps; waits).
 template <bool kF16>
-__device__ __forceinline__ void pv_wgmma_issue(float (&o)[32][4], unsigned p_tile,
-                                               unsigned k_tile, int wn) {
-    wgmma_fence_operand(o);
+__device__ __forceinline__ void pv_wgmma(float (&o)[32][4], unsigned p_tile, unsigned k_tile,
+                                         int wn) {
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; kk++) {
@@ -125,12 +113,11 @@ __device__ __forceinline__ void pv_wgmma_issue(float (&o)[32][4], unsigned p_til
         wgmma_m64n256k16<kF16, 1>(o, a, b, 1);
     }
     wgmma_commit_group();
-    wgmma_fence_operand(o);
+    wgmma_wait_group<0>();
 }
 
 // Attention of the CTA's rows over keys [t_begin, t_end) of request req (decode.cu's
-// attend_chunk with the wgmma products, pipelined as in the header). Q's cp.async may still be in
-// flight; its group is older than the tiles'.
+// attend_chunk with the wgmma products). Q's cp.async may still be in flight.
 template <int kKV, int kPageClass, bool kCausal>
 __device__ void attend_chunk90(const DecodeParams &p, unsigned char *smem, int req, int g, int m,
                                int rows, int len, int t_begin, int t_end, bool direct, int slot) {
@@ -144,47 +131,30 @@ __device__ void attend_chunk90(const DecodeParams &p, unsigned char *smem, int r
     const int t_stop = chunk_rows_init<kCausal>(p, st, o, limit, m, rows, len, t_end, wm, lane);
     const int n_tiles = t_stop > t_begin ? (t_stop - t_begin + kBlockN - 1) / kBlockN : 0;
     const unsigned k_base = base + kSmemK90;
-    for (int it = 0; it < 2; it++) {  // tiles 0 and 1, one commit group each (maybe empty)
-        if (it < n_tiles)
-            load_kv_tile90<kKV, kPageClass>(p, k_base + it * kTileBytes90, req, g,
-                                            t_begin + it * kBlockN, t_stop);
-        cp_async_commit();
-    }
-    float s[4][4];
-    if (n_tiles > 0) {
-        cp_async_wait<1>();       // Q and tile 0 landed (tile 1 may be in flight)
-        publish_smem_to_wgmma();  // ... and visible to every warpgroup
-        qk_wgmma_issue<T::kF16>(s, base + kSmemQ90, k_base, wn);
-        wgmma_wait_group<0>();
-        wgmma_fence_operand(s);
-    }
+    if (n_tiles > 0) load_kv_tile90<kKV, kPageClass>(p, k_base, req, g, t_begin, t_stop);
+    cp_async_commit();
     for (int it = 0; it < n_tiles; it++) {
         const int t0 = t_begin + it * kBlockN;
+        if (it + 1 < n_tiles) {
+            load_kv_tile90<kKV, kPageClass>(p, k_base + ((it + 1) & 1) * kTileBytes90, req, g,
+                                            t0 + kBlockN, t_stop);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
         const unsigned k_tile = k_base + (it & 1) * kTileBytes90;
-        const unsigned k_next = k_base + ((it + 1) & 1) * kTileBytes90;
-        // S(it) is final; PV(it - 1) retired in every warpgroup (before the row-max barrier).
+        publish_smem_to_wgmma();  // tile it (and Q) visible to every warpgroup
+        float s[4][4];
+        qk_wgmma<T::kF16>(s, base + kSmemQ90, k_tile, wn);
         scale_and_mask_limit(s, limit, p.scale_log2, t0, wn, lane);
         online_softmax_update<T::kF16>(s, o, st, red, smem + kSmemP90, wm, wn, lane);
-        if (it + 1 < n_tiles) cp_async_wait<0>();  // tile it + 1 landed (the only group in flight)
-        publish_smem_to_wgmma();                   // P and tile it + 1 visible
-        pv_wgmma_issue<T::kF16>(o, base + kSmemP90, k_tile, wn);
-        if (it + 1 < n_tiles) {
-            qk_wgmma_issue<T::kF16>(s, base + kSmemQ90, k_next, wn);
-            wgmma_wait_group<1>();  // PV(it) retired (groups complete in order)
-            wgmma_fence_operand(o);
-            __syncthreads();  // in every warpgroup: buffer it % 2 and P free
-            if (it + 2 < n_tiles)
-                load_kv_tile90<kKV, kPageClass>(p, k_tile, req, g, t0 + 2 * kBlockN, t_stop);
-            cp_async_commit();
-            wgmma_wait_group<0>();  // S(it + 1)
-            wgmma_fence_operand(s);
-        } else {
-            wgmma_wait_group<0>();
-            wgmma_fence_operand(o);
-        }
+        publish_smem_to_wgmma();  // P visible
+        pv_wgmma<T::kF16>(o, base + kSmemP90, k_tile, wn);
+        __syncthreads();  // tile it and P consumed before they are overwritten
     }
     cp_async_wait<0>();
-    finish_row_sums(st, red, wm, wn, lane);  // its first barrier: every PV retired
+    finish_row_sums(st, red, wm, wn, lane);
     store_rows<kKV>(p, o, st, req, g, m, rows, direct, slot, 1.f, wm, wn, lane);
 }
 
