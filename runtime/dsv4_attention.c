@@ -30,7 +30,7 @@ typedef struct attention_params {
     CUdeviceptr kv_cache;
     long long kv_page_bytes;
     CUdeviceptr positions, freqs, wq_a, wq_a_sf, q_norm_w, wq_b, wq_b_sf, wkv, wkv_sf, kv_norm_w;
-    CUdeviceptr swa_loc, attn_sink, plan, bank, qa, kv, qr, kv_gate, part_o, part_lse;
+    CUdeviceptr swa_loc, attn_sink, plan, bank, qa, kv, qr, kv_gate, part_o, part_lse, part_k;
     CUdeviceptr wkv_gate, ring, ring_row, ape, c128_norm_w, c128_freqs, c128_out_loc, c128_pool;
     long long c128_page_bytes;
     CUdeviceptr c128_page_table;
@@ -291,10 +291,12 @@ static mla_status check_kind(const mla_runtime *rt, const mla_attention_args *a,
 
 /* End of the last workspace region mla_attention uses for T tokens. */
 static size_t attention_ws_end(const mla__dsv4_ws_layout *l, int T) {
+    const size_t tp = T < MLA__DSV4_SPLIT_TOKENS ? (size_t)T : MLA__DSV4_SPLIT_TOKENS;
     size_t end = l->qr + (size_t)T * DSV4_QL * 2;
     const size_t ends[] = {l->qa + (size_t)T * DSV4_QL * 2, l->kv + (size_t)T * DSV4_KVL * 2,
                            l->kv_gate + (size_t)T * 2 * DSV4_KVL * 4,
-                           l->part_lse + (size_t)T * MLA__DSV4_SPLITS * DSV4_HEADS * 4};
+                           l->part_lse + tp * MLA__DSV4_SPLITS * DSV4_HEADS * 4,
+                           l->part_k + MLA__DSV4_KSLICES * tp * MLA__DSV4_PART_K_COLS * 4};
     for (size_t i = 0; i < sizeof ends / sizeof ends[0]; i++)
         if (ends[i] > end) end = ends[i];
     return end;
@@ -348,7 +350,7 @@ static void fill_params(const mla_attention_args *a, int T, int hca,
     p->attn_sink = opt_data(a->attn_sink);
     p->plan = ws + mla__dsv4_plan_offset(kind), p->bank = ws + mla__dsv4_bank_offset(kind);
     p->qa = ws + l->qa, p->kv = ws + l->kv, p->qr = ws + l->qr, p->kv_gate = ws + l->kv_gate;
-    p->part_o = ws + l->part_o, p->part_lse = ws + l->part_lse;
+    p->part_o = ws + l->part_o, p->part_lse = ws + l->part_lse, p->part_k = ws + l->part_k;
     p->T = T, p->split = mla__dsv4_split(T), p->reset_barriers = a->reset_barriers;
     p->sm_scale = a->sm_scale, p->q_eps = a->q_eps, p->kv_eps = a->kv_eps;
     p->params_bytes = (int)sizeof *p;

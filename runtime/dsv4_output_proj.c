@@ -30,6 +30,10 @@
 #define OP_SMEM_BYTES(bn) (OP_STAGES * OP_STAGE_BYTES(bn) + OP_BM * 256 + (bn) * 256)
 #define OP_QUANT_WARPS 4    /* units (token, head) per quantize item: a multiple of this */
 #define OP_QUANT_WAVES 4    /* aim at this many quantize items per SM */
+#define OP_KSLICES MLA__DSV4_OP_KSLICES /* most K slices per tile (split-K, one m-tile) */
+#define OP_SPLIT_CTAS_PER_SM 2          /* split-K aims at this many GEMM CTAs per SM */
+#define OP_BANK_ZERO_WORDS 128          /* kernel B zeroes bank words [0, 128); the split-K
+                                           tile counters above reset themselves */
 
 /* ---- kind builders --------------------------------------------------------------------------- */
 
@@ -212,14 +216,14 @@ static mla_status check_args(const mla_runtime *rt, const mla_output_proj_args *
 /* Kernel A's argument struct (oproj::ArgsA: the same fields in the same order, 8 bytes each). */
 typedef struct op_args_a {
     CUdeviceptr q_or_x, positions, freqs, part_o, part_lse, sink;
-    CUdeviceptr act_q, act_sf, wo_a, wo_a_sf, o_lora, o_lora_q, o_lora_sf, bank;
-    long long T, max_pos, split, units_per_qtile, n_qtiles;
+    CUdeviceptr act_q, act_sf, wo_a, wo_a_sf, o_lora, o_lora_q, o_lora_sf, bank, part;
+    long long T, max_pos, split, units_per_qtile, n_qtiles, kslices, slice_steps;
 } op_args_a;
 
 /* Kernel B's (oproj::ArgsB). */
 typedef struct op_args_b {
-    CUdeviceptr o_lora_q, o_lora_sf, wo_b, wo_b_sf, out, bank;
-    long long T, bank_words;
+    CUdeviceptr o_lora_q, o_lora_sf, wo_b, wo_b_sf, out, bank, part;
+    long long T, bank_words, slice_steps;
 } op_args_b;
 
 /* Units (token, head) per quantize item: about OP_QUANT_WAVES items per SM, whole warps. */
@@ -229,6 +233,19 @@ static long long units_per_item(int T, int sm_count) {
     long long per = (units + items - 1) / items;
     per = (per + OP_QUANT_WARPS - 1) / OP_QUANT_WARPS * OP_QUANT_WARPS;
     return per;
+}
+
+/* K slices per GEMM tile and K-steps (of 128) per slice: with one m-tile (T <= 64) and fewer
+ * than OP_SPLIT_CTAS_PER_SM tiles per SM, each tile's K is cut so that tiles * slices is at most
+ * that many per SM (at most OP_KSLICES slices, none empty); else one slice of all K-steps. */
+static void split_k(int T, long long n_tiles, long long ksteps, int sm_count, long long *slices,
+                    long long *steps) {
+    long long s = (long long)OP_SPLIT_CTAS_PER_SM * (sm_count > 0 ? sm_count : 1) / n_tiles;
+    if (T > OP_BM || s < 1) s = 1;
+    if (s > OP_KSLICES) s = OP_KSLICES;
+    if (s > ksteps) s = ksteps;
+    *steps = (ksteps + s - 1) / s;
+    *slices = (ksteps + *steps - 1) / *steps;
 }
 
 static void fill_args(const mla_runtime *rt, const mla_output_proj_args *a, const op_shape *sh,
@@ -244,15 +261,17 @@ static void fill_args(const mla_runtime *rt, const mla_output_proj_args *a, cons
     A->act_q = ws + L->act_q, A->act_sf = ws + L->act_sf;
     A->wo_a = mla__data(a->wo_a_weight), A->wo_a_sf = mla__data(a->wo_a_sf);
     A->o_lora = ws + L->o_lora, A->o_lora_q = ws + L->o_lora_q, A->o_lora_sf = ws + L->o_lora_sf;
-    A->bank = ws + mla__dsv4_bank_offset(kind);
+    A->bank = ws + mla__dsv4_bank_offset(kind), A->part = ws + L->part_op;
     A->T = sh->T, A->max_pos = sh->max_pos, A->split = mla__dsv4_split(sh->T);
     A->units_per_qtile = units_per_item(sh->T, rt->sm_count);
     A->n_qtiles = (units + A->units_per_qtile - 1) / A->units_per_qtile;
+    split_k(sh->T, 2 * sh->H / OP_BN_A, sh->K / 128, rt->sm_count, &A->kslices,
+            &A->slice_steps);
     memset(B, 0, sizeof *B);
     B->o_lora_q = A->o_lora_q, B->o_lora_sf = A->o_lora_sf;
     B->wo_b = mla__data(a->wo_b_weight), B->wo_b_sf = mla__data(a->wo_b_sf);
-    B->out = mla__data(a->out), B->bank = A->bank;
-    B->T = sh->T, B->bank_words = MLA__DSV4_BANK_BYTES / 4;
+    B->out = mla__data(a->out), B->bank = A->bank, B->part = A->part;
+    B->T = sh->T, B->bank_words = OP_BANK_ZERO_WORDS;
 }
 
 static mla_status get_kernel(mla_runtime *rt, const char *kind, const op_shape *sh,
@@ -266,13 +285,13 @@ static mla_status get_kernel(mla_runtime *rt, const char *kind, const op_shape *
 
 /* Launches k as the programmatic dependent of the previous kernel on stream (sm_90 and up). */
 static mla_status launch_pdl(mla_runtime *rt, const mla__kernel *k, unsigned gx, unsigned gy,
-                             CUstream stream, void **args) {
+                             unsigned gz, CUstream stream, void **args) {
     CUlaunchAttribute attr;
     memset(&attr, 0, sizeof attr);
     attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
     attr.value.programmaticStreamSerializationAllowed = 1;
     CUlaunchConfig cfg = {
-        .gridDimX = gx, .gridDimY = gy, .gridDimZ = 1, .blockDimX = (unsigned)k->launch.threads,
+        .gridDimX = gx, .gridDimY = gy, .gridDimZ = gz, .blockDimX = (unsigned)k->launch.threads,
         .blockDimY = 1, .blockDimZ = 1, .sharedMemBytes = (unsigned)k->launch.dynamic_smem,
         .hStream = stream, .attrs = &attr, .numAttrs = rt->cc >= 90 ? 1 : 0,
     };
@@ -286,12 +305,16 @@ static mla_status launch_all(mla_runtime *rt, const op_shape *sh, op_args_a *A, 
     MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_a", sh, &ka));
     MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_b", sh, &kb));
     unsigned m_tiles = (unsigned)((sh->T + OP_BM - 1) / OP_BM);
-    unsigned a_items = (unsigned)A->n_qtiles + m_tiles * (unsigned)(2 * sh->H / OP_BN_A);
+    unsigned a_items = (unsigned)A->n_qtiles +
+                       m_tiles * (unsigned)(2 * sh->H / OP_BN_A) * (unsigned)A->kslices;
+    long long b_slices = 1;
+    split_k(sh->T, sh->H / OP_BN_B, 2 * sh->H / 128, rt->sm_count, &b_slices, &B->slice_steps);
     MLA_CU(rt, cuMemsetD8Async(A->bank, 0, MLA__DSV4_BANK_BYTES, stream));
     void *args_a[] = {A};
     MLA_FORWARD_IF_ERROR(mla__launch(rt, ka, a_items, 1, 1, stream, args_a));
     void *args_b[] = {B};
-    return launch_pdl(rt, kb, (unsigned)(sh->H / OP_BN_B), m_tiles, stream, args_b);
+    return launch_pdl(rt, kb, (unsigned)(sh->H / OP_BN_B), m_tiles, (unsigned)b_slices, stream,
+                      args_b);
 }
 
 /* ---- the API --------------------------------------------------------------------------------- */

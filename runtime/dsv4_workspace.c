@@ -53,11 +53,13 @@ void mla__dsv4_layout(int max_tokens, long long H, long long G, mla__dsv4_ws_lay
     out->kv_gate = take(&c, t * 2 * DSV4_KVL * 4);
     out->part_o = take(&c, tp * MLA__DSV4_SPLITS * DSV4_HEADS * DSV4_HEAD_DIM * 4);
     out->part_lse = take(&c, tp * MLA__DSV4_SPLITS * DSV4_HEADS * 4);
+    out->part_k = take(&c, MLA__DSV4_KSLICES * tp * MLA__DSV4_PART_K_COLS * 4);
     out->act_q = take(&c, t * DSV4_O_COLS);
     out->act_sf = take(&c, ts * DSV4_O_COLS / 32);
     out->o_lora = take(&c, t * 2 * h * 2);
     out->o_lora_q = take(&c, t * 2 * h);
     out->o_lora_sf = take(&c, ts * 2 * h / 32);
+    out->part_op = take(&c, MLA__DSV4_OP_KSLICES * tp * 2 * h * 4);
     out->total = c;
 }
 

@@ -356,6 +356,12 @@ enum { MLA__DSV4_SWA = 0, MLA__DSV4_HCA = 1 };
 #define MLA__DSV4_PLAN_END (MLA_DSV4_BARRIER_BYTES + 2 * MLA__DSV4_PLAN_SLOT_BYTES)
 #define MLA__DSV4_SPLITS 4          /* KV splits per token of the split-KV partials */
 #define MLA__DSV4_SPLIT_TOKENS 64   /* tokens whose KV may be split */
+/* Split-K of mla_attention's phase 1 (T <= 64): at most this many K slices per output tile, fp32
+ * partial rows of this many columns (the joint [qa 1024 | kv 512 | kv_gate 1024] output). */
+#define MLA__DSV4_KSLICES 8
+#define MLA__DSV4_PART_K_COLS 2560
+/* Split-K of mla_output_proj's GEMMs (T <= 64): at most this many K slices per output tile. */
+#define MLA__DSV4_OP_KSLICES 4
 
 /* Byte offsets of the workspace regions for max_tokens T and hidden size H (G wo_a groups). */
 typedef struct mla__dsv4_ws_layout {
@@ -367,6 +373,8 @@ typedef struct mla__dsv4_ws_layout {
     size_t qa, kv;            /* raw wq_a / wkv outputs of mla_attention, bf16 [T, 1024], [T, 512] */
     size_t kv_gate;           /* kv_gate rows of the launch (HCA), fp32 [T, 1024] */
     size_t part_o, part_lse;  /* split partials fp32 [min(T,64), 4, 64, 512], lse [.., 4, 64] */
+    size_t part_k;            /* phase-1 split-K partials fp32 [8, min(T,64), 2560] */
+    size_t part_op;           /* output-proj split-K partials fp32 [4, min(T,64), 2H] */
     size_t act_q, act_sf;     /* O after combine + inverse RoPE, fp8 [T, 32768], [T, 1024] */
     size_t o_lora;            /* wo_a output bf16 [T, 2H] */
     size_t o_lora_q, o_lora_sf; /* o_lora fp8 [T, 2H], scales [T, 2H / 32] */

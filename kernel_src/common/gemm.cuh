@@ -31,13 +31,18 @@
 // holding the tile (see Accum for which thread holds which element), every cp.async drained and
 // the block synchronized, so smem may be reused at once. Requirements: k_len % 128 == 0,
 // w_k0 % 128 == 0, lda (bytes for fp8, elements * 2 for bf16) and ldw multiples of 16, lda_sf a
-// multiple of 4, 16-byte aligned a and w, 4-byte aligned a_sf and w_sf.
+// multiple of 4, 16-byte aligned a and w, 4-byte aligned a_sf and w_sf. Only the A rows of warps
+// that own a row < m_valid are loaded and converted (a_rows_used), so small m_valid costs little.
+//
+// Also here: splitk_arrive, the last-slice handshake of split-K tiles (fp32 partials summed in a
+// fixed slice order), and prefetch_l2 / prefetch_l2_range (prefetch.global.L2 hints).
 #pragma once
 
 #include <cuda_bf16.h>
 
 #include "common/bf16.cuh"
 #include "common/fp8.cuh"
+#include "common/grid_barrier.cuh"
 #include "common/ptx_mma.cuh"
 
 namespace mla {
@@ -82,6 +87,15 @@ struct Config {
     static constexpr int kWTileBytes = kW == WKind::kFp8 ? kBN * kBK * 2 : 0;
     static constexpr int kSmemBytes = kStages * kStageBytes + kATileBytes + kWTileBytes;
 };
+
+// Rows of the A tile that any MMA reads: the rows of the warps that own a row < m_valid (a warp
+// whose rows all lie past m_valid skips the MMAs). Only these rows are loaded and converted; the
+// ones among them past m_valid are zero-filled, so every computed C row >= m_valid is zero.
+template <class Cfg>
+__device__ __forceinline__ int a_rows_used(int m_valid) {
+    const int r = (m_valid + Cfg::kWarpM - 1) / Cfg::kWarpM * Cfg::kWarpM;
+    return r < Cfg::kBM ? r : Cfg::kBM;
+}
 
 // Where the operands are; see the top of the file.
 struct Operands {
@@ -170,21 +184,22 @@ __device__ __forceinline__ void load_stage(const Operands &op, const Smem<Cfg> &
                                            int m0, int n0, int m_valid) {
     const int k = ks * Cfg::kBK;
     const int tid = (int)threadIdx.x;
+    const int a_rows = a_rows_used<Cfg>(m_valid);
     if constexpr (Cfg::kA == AKind::kFp8) {
         const unsigned char *a = static_cast<const unsigned char *>(op.a);
-        for (int i = tid; i < Cfg::kBM * 8; i += Cfg::kThreads) {
+        for (int i = tid; i < a_rows * 8; i += Cfg::kThreads) {
             const int r = i / 8, c = i % 8;
             const bool ok = r < m_valid;
             mla::cp_async_16(sm.a_raw(s) + r * 128 + c * 16,
                              a + (m0 + (ok ? r : 0)) * op.lda + k + c * 16, ok);
         }
-        for (int r = tid; r < Cfg::kBM; r += Cfg::kThreads) {
+        for (int r = tid; r < a_rows; r += Cfg::kThreads) {
             const bool ok = r < m_valid;
             mla::cp_async_4(sm.a_sf(s) + r, op.a_sf + (m0 + (ok ? r : 0)) * op.lda_sf + k / 32, ok);
         }
     } else {
         const __nv_bfloat16 *a = static_cast<const __nv_bfloat16 *>(op.a);
-        for (int i = tid; i < Cfg::kBM * 16; i += Cfg::kThreads) {
+        for (int i = tid; i < a_rows * 16; i += Cfg::kThreads) {
             const int r = i / 16, c = i % 16;
             const bool ok = r < m_valid;
             mla::cp_async_16(sm.a_raw(s) + tile_offset(r, c),
@@ -210,12 +225,12 @@ __device__ __forceinline__ void load_stage(const Operands &op, const Smem<Cfg> &
     }
 }
 
-// Dequantizes a raw fp8 [rows][128] tile with one 32-bit word of four ue8m0 scales per row
-// (byte j for columns 32j..32j+31) into a bf16 tile.
-template <int kRows, int kThreads>
+// Dequantizes rows 0..rows-1 of a raw fp8 [rows][128] tile with one 32-bit word of four ue8m0
+// scales per row (byte j for columns 32j..32j+31) into a bf16 tile.
+template <int kThreads>
 __device__ __forceinline__ void dequant_tile(const unsigned char *raw, const unsigned int *sf,
-                                             unsigned char *tile) {
-    for (int i = (int)threadIdx.x; i < kRows * 8; i += kThreads) {
+                                             unsigned char *tile, int rows) {
+    for (int i = (int)threadIdx.x; i < rows * 8; i += kThreads) {
         const int r = i / 8, c = i % 8;                   // 16 bytes: columns 16c..16c+15
         const uint4 q = *reinterpret_cast<const uint4 *>(raw + r * 128 + c * 16);
         const float scale = fp8::ue8m0_decode((sf[r] >> (8 * (c / 2))) & 0xffu);
@@ -235,22 +250,21 @@ __device__ __forceinline__ void dequant_tile(const unsigned char *raw, const uns
     }
 }
 
-// In place: the bf16 A tile's rows r < m_valid become mxq(A), one 32-wide group (4 chunks) per
-// thread and step (rows past m_valid are zero and stay so).
+// In place: the bf16 A tile's rows r < m_valid become mxq(A). Each thread takes one 16-byte
+// chunk (8 values) per step, the 4 lanes of an aligned lane quad one 32-wide group (scale by a
+// quad shuffle), a warp two rows; warps stop after the warp holding row m_valid - 1 (the rows
+// they cover past m_valid are zero and stay so: mxq(0) = 0), so no thread idles while a few
+// others quantize a whole row.
 template <int kRows, int kThreads>
 __device__ __forceinline__ void mxq_tile(unsigned char *tile, int m_valid) {
-    for (int i = (int)threadIdx.x; i < kRows * 4; i += kThreads) {
-        const int r = i / 4, g = i % 4;                   // columns 32g..32g+31
-        if (r >= m_valid) continue;
-        float v[32];
-#pragma unroll
-        for (int c = 0; c < 4; ++c)
-            unpack_bf16x8(*reinterpret_cast<const uint4 *>(tile + tile_offset(r, 4 * g + c)),
-                          v + 8 * c);
-        fp8::mxq<32, 32>(v);
-#pragma unroll
-        for (int c = 0; c < 4; ++c)
-            *reinterpret_cast<uint4 *>(tile + tile_offset(r, 4 * g + c)) = pack_bf16x8(v + 8 * c);
+    static_assert(kRows % 2 == 0 && kThreads % 32 == 0, "whole warps of two rows");
+    const int chunks = (m_valid + 1) / 2 * 2 * 16;        // a multiple of 32: whole warps
+    for (int i = (int)threadIdx.x; i < chunks; i += kThreads) {
+        const int r = i / 16, c = i % 16;                 // columns 8c..8c+7
+        float v[8];
+        unpack_bf16x8(*reinterpret_cast<const uint4 *>(tile + tile_offset(r, c)), v);
+        fp8::mxq<32, 8>(v);
+        *reinterpret_cast<uint4 *>(tile + tile_offset(r, c)) = pack_bf16x8(v);
     }
 }
 
@@ -293,6 +307,7 @@ __device__ __forceinline__ void mma_tile(const Operands &op, int m0, int n0, int
     const int ksteps = op.k_len / Cfg::kBK;
     // Warps whose rows all lie past m_valid skip the MMAs (their rows are zero anyway).
     const bool warp_has_rows = Accum<Cfg>::warp_row0() < m_valid;
+    const int a_rows = a_rows_used<Cfg>(m_valid);
     acc.zero();
 #pragma unroll
     for (int s = 0; s < Cfg::kStages - 1; ++s) {
@@ -307,17 +322,53 @@ __device__ __forceinline__ void mma_tile(const Operands &op, int m0, int n0, int
         if (next < ksteps) load_stage<Cfg>(op, sm, next % Cfg::kStages, next, m0, n0, m_valid);
         mla::cp_async_commit();
         if constexpr (Cfg::kA == AKind::kFp8)
-            dequant_tile<Cfg::kBM, Cfg::kThreads>(sm.a_raw(s), sm.a_sf(s), sm.a_tile(s));
+            dequant_tile<Cfg::kThreads>(sm.a_raw(s), sm.a_sf(s), sm.a_tile(s), a_rows);
         if constexpr (Cfg::kA == AKind::kBf16Mxq)
             mxq_tile<Cfg::kBM, Cfg::kThreads>(sm.a_tile(s), m_valid);
         if constexpr (Cfg::kW == WKind::kFp8)
-            dequant_tile<Cfg::kBN, Cfg::kThreads>(sm.w_raw(s), sm.w_sf(s), sm.w_tile(s));
+            dequant_tile<Cfg::kThreads>(sm.w_raw(s), sm.w_sf(s), sm.w_tile(s), Cfg::kBN);
         if constexpr (Cfg::kA != AKind::kBf16 || Cfg::kW != WKind::kBf16)
             __syncthreads();                      // the converted tiles are complete
         if (warp_has_rows) mma_step<Cfg>(sm.a_tile(s), sm.w_tile(s), acc);
     }
     mla::cp_async_wait<0>();
     __syncthreads();
+}
+
+// ---- L2 prefetch ------------------------------------------------------------------------------
+
+// prefetch.global.L2: asks L2 for the 128-byte line holding p (a hint: nothing is returned and
+// nothing waits for it).
+__device__ __forceinline__ void prefetch_l2(const void *p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+// Asks L2 for bytes [p, p + n), one line per thread and step; every thread of the block calls it.
+template <int kThreads>
+__device__ __forceinline__ void prefetch_l2_range(const unsigned char *p, long long n) {
+    for (long long i = (long long)threadIdx.x * 128; i < n; i += (long long)kThreads * 128)
+        prefetch_l2(p + i);
+}
+
+// ---- split-K ----------------------------------------------------------------------------------
+
+// A tile whose K is cut into `slices` slices, each computed by its own CTA: every CTA stores its
+// fp32 partial tile, then all its threads call splitk_arrive on the tile's counter (a zeroed
+// uint32 word). It returns true in every thread of the CTA that arrives last, which may then read
+// all partials (ld.global.cg: they were written by other CTAs of the launch) and sum them in
+// slice order 0, 1, ... (deterministic whichever CTA is last). The last CTA also sets the counter
+// back to 0, so it is zero again for the next launch. Ends with the block synchronized.
+__device__ __forceinline__ bool splitk_arrive(unsigned int *counter, int slices) {
+    __threadfence();                     // this thread's partial stores, at gpu scope
+    __syncthreads();
+    int last = 0;
+    if (threadIdx.x == 0) {
+        last = mla::atom_add_acq_rel_gpu(counter, 1u) == (unsigned int)slices - 1u;
+        if (last) *counter = 0u;         // every slice has arrived; nobody touches it again
+    }
+    last = __syncthreads_or(last);
+    if (last) __threadfence();
+    return last != 0;
 }
 
 }  // namespace gemm

@@ -15,6 +15,9 @@
 //   qa[t]      = bf16(mxq(x[t]) @ Wd_qa^T)          [T, 1024] bf16  (workspace qa)
 //   kv[t]      = bf16(mxq(x[t]) @ Wd_kv^T)          [T, 512]  bf16  (workspace kv)
 //   HCA: g[t]  = x[t] @ wkv_gate^T (fp32)           [T, 1024] fp32  (workspace kv_gate)
+//   With one m-tile (T <= 64) the 24 (HCA 40) tiles are fewer than the CTAs: split-K, each tile's
+//   K cut into up to 8 slices so that tiles * slices <= gridDim.x; a slice writes its fp32
+//   partial to part_k, the tile's last slice (bank counter) sums them in slice order and stores.
 // --- barrier 0
 // Phase 2 (a warp per token row; a CTA per firing token):
 //   qr[t]      = mxq(bf16(rmsnorm(qa[t], q_norm_weight, q_eps)))      [T, 1024] bf16 (workspace qr)
@@ -50,8 +53,10 @@
 //   kv_score_ring fp32 [R, 1024] ([kv | score], raw); c128_ape fp32 [128, 512].
 //   freqs_real / c128_freqs_real fp32 [max_pos, 64] interleaved (cos, sin).
 //   plan       int4 [T] (slot0, len0, slot1, rows) of this kind (mla_attention_plan).
-//   bank       the kind's barrier bank: words 0..2 the phase barriers, word 3 the exit count.
+//   bank       the kind's barrier bank: words 0..2 the phase barriers, word 3 the exit count,
+//              words 64..103 the phase-1 split-K tile counters (each back to 0 after its tile).
 //   part_o     fp32 [T, 4, 64, 512], part_lse fp32 [T, 4, 64] (split launches, T <= 64).
+//   part_k     fp32 [slices, T, 2560] phase-1 split-K partials ([qa | kv | kv_gate] columns).
 #include <cuda_bf16.h>
 
 #include "common/bf16.cuh"
@@ -94,7 +99,7 @@ struct Params {
     const int4 *plan;
     unsigned *bank;
     __nv_bfloat16 *qa, *kv, *qr;
-    float *kv_gate, *part_o, *part_lse;
+    float *kv_gate, *part_o, *part_lse, *part_k;
     const __nv_bfloat16 *wkv_gate;
     float *ring;
     const int *ring_row;
@@ -159,12 +164,14 @@ __device__ __forceinline__ void write_kv_row(unsigned char *cache, long long pag
 
 // ---- phase 1: projections ------------------------------------------------------------------
 
-// The three GEMM kinds: 64 x 64 tiles, 2 x 4 warps of 32 x 16, a 3-stage pipeline.
-template <gemm::AKind kA, gemm::WKind kW = gemm::WKind::kFp8>
-using TileCfg = gemm::Config<64, 64, 2, 4, 3, kA, kW>;
-using CfgQkv = TileCfg<gemm::AKind::kBf16Mxq>;                     // mxq(x) @ Wd_qa^T, Wd_kv^T
-using CfgGate = TileCfg<gemm::AKind::kBf16, gemm::WKind::kBf16>;   // x @ wkv_gate^T
-using CfgQb = TileCfg<gemm::AKind::kBf16>;                         // qr @ Wd_qb^T
+// The three GEMM kinds: 64 x 64 tiles, 2 x 4 warps of 32 x 16, as deep a cp.async pipeline as
+// fits the attention phase's shared memory (stages of 24,832 B, 32,768 B for bf16 W; at most
+// 165,376 B < 166,848 B), so that 4..5 K-steps of W are in flight per SM.
+template <gemm::AKind kA, int kStages, gemm::WKind kW = gemm::WKind::kFp8>
+using TileCfg = gemm::Config<64, 64, 2, 4, kStages, kA, kW>;
+using CfgQkv = TileCfg<gemm::AKind::kBf16Mxq, 6>;                    // mxq(x) @ Wd_qa^T, Wd_kv^T
+using CfgGate = TileCfg<gemm::AKind::kBf16, 5, gemm::WKind::kBf16>;  // x @ wkv_gate^T
+using CfgQb = TileCfg<gemm::AKind::kBf16, 6>;                        // qr @ Wd_qb^T
 constexpr int kBM = CfgQkv::kBM, kBN = CfgQkv::kBN;
 
 struct StoreBf16 {
@@ -182,22 +189,11 @@ struct StoreF32 {
     }
 };
 
-// The tile (m0, n0) of A @ W^T over K, A bf16 [T, K] (row stride lda) and W [N, K] (fp8 with
-// SfAtom scales, or bf16): each pair of adjacent outputs (m, n), (m, n + 1) with m < T goes to
-// store(m, n, v0, v1). Ends with the block synchronized (smem free).
-template <class Cfg, class Store>
-__device__ void gemm_tile(const Params &p, const __nv_bfloat16 *a, long long lda,
-                          const unsigned char *w, const unsigned char *w_sf, int k, int m0,
-                          int n0, unsigned char *smem, Store store) {
+// Calls f(r, c, v0, v1) for each pair of adjacent accumulators (tile row r < rows, tile
+// columns c, c + 1) this thread holds.
+template <class Cfg, class F>
+__device__ __forceinline__ void for_each_pair(const gemm::Accum<Cfg> &acc, int rows, F f) {
     using Acc = gemm::Accum<Cfg>;
-    constexpr int kWBytes = Cfg::kW == gemm::WKind::kFp8 ? 1 : 2;
-    gemm::Operands op;
-    op.a = a, op.a_sf = nullptr, op.lda = lda, op.lda_sf = 0;
-    op.w = w, op.w_sf = w_sf, op.ldw = (long long)k * kWBytes, op.w_kb = k / 32, op.w_k0 = 0;
-    op.k_len = k;
-    const int rows = min(p.T - m0, Cfg::kBM);
-    Acc acc;
-    gemm::mma_tile<Cfg>(op, m0, n0, rows, smem, acc);
 #pragma unroll
     for (int mt = 0; mt < Cfg::kMT; ++mt)
 #pragma unroll
@@ -206,27 +202,103 @@ __device__ void gemm_tile(const Params &p, const __nv_bfloat16 *a, long long lda
             if (r >= rows) continue;
 #pragma unroll
             for (int nt = 0; nt < Cfg::kNT; ++nt)
-                store(m0 + r, n0 + Acc::col(nt, 0), acc.c[mt][nt][2 * half],
-                      acc.c[mt][nt][2 * half + 1]);
+                f(r, Acc::col(nt, 0), acc.c[mt][nt][2 * half], acc.c[mt][nt][2 * half + 1]);
         }
+}
+
+// The K range one CTA sums for a tile: [k0, k0 + len). With count > 1 the tile's K is split
+// (phase 1 at T <= 64): this CTA is slice `index` of `count`; its fp32 partial goes to
+// part_k[index][m][col + c] (m < T), and the last slice to arrive on `counter` sums them.
+struct Slice {
+    int k0, len, index, count, col;
+    unsigned *counter;
+};
+__device__ __forceinline__ Slice whole_k(int k) { return {0, k, 0, 1, 0, nullptr}; }
+
+// Split-K partial rows: fp32 [count][T][kPartCols], columns of the joint [qa | kv | kv_gate]
+// output (MLA__DSV4_PART_K_COLS); the tile counters are bank words kSplitWord0 + tile.
+constexpr int kPartCols = kQL + kKVL + 2 * kKVL;
+constexpr int kKSlices = 8;                     // MLA__DSV4_KSLICES: most slices per tile
+constexpr int kSplitWord0 = 64;                 // bank words [64, 64 + tiles): tile counters
+
+// This CTA's slice partial into part_k; the last of the tile's slices sums the partials in slice
+// order (deterministic) and stores the result. Uses no shared memory.
+template <class Cfg, class Store>
+__device__ void store_split(const Params &p, const gemm::Accum<Cfg> &acc, int m0, int n0,
+                            int rows, const Slice &sl, Store store) {
+    float *part = p.part_k + sl.col;
+    const long long slice_stride = (long long)p.T * kPartCols;
+    for_each_pair<Cfg>(acc, rows, [&](int r, int c, float v0, float v1) {
+        *reinterpret_cast<float2 *>(part + sl.index * slice_stride + (long long)(m0 + r) *
+                                    kPartCols + c) = make_float2(v0, v1);
+    });
+    if (!gemm::splitk_arrive(sl.counter, sl.count)) return;
+    for (int i = threadIdx.x; i < rows * Cfg::kBN / 2; i += kThreads) {
+        const int r = i / (Cfg::kBN / 2), c = 2 * (i % (Cfg::kBN / 2));
+        const float *src = part + (long long)(m0 + r) * kPartCols + c;
+        float2 sum = __ldcg(reinterpret_cast<const float2 *>(src));
+        for (int j = 1; j < sl.count; ++j) {
+            const float2 v = __ldcg(reinterpret_cast<const float2 *>(src + j * slice_stride));
+            sum.x += v.x, sum.y += v.y;
+        }
+        store(m0 + r, n0 + c, sum.x, sum.y);
+    }
+}
+
+// The tile (m0, n0) of A @ W^T over the slice's K range, A bf16 [T, K] (row stride lda) and W
+// [N, K] (fp8 with SfAtom scales, or bf16): each pair of adjacent outputs (m, n), (m, n + 1)
+// with m < T goes to store(m, n, v0, v1) (split: by the tile's last slice). smem is free on
+// return (mma_tile ends with the block synchronized; the stores use none).
+template <class Cfg, class Store>
+__device__ void gemm_tile(const Params &p, const __nv_bfloat16 *a, long long lda,
+                          const unsigned char *w, const unsigned char *w_sf, int k, int m0,
+                          int n0, const Slice &sl, unsigned char *smem, Store store) {
+    constexpr int kWBytes = Cfg::kW == gemm::WKind::kFp8 ? 1 : 2;
+    gemm::Operands op;
+    op.a = a + sl.k0, op.a_sf = nullptr, op.lda = lda, op.lda_sf = 0;
+    op.w = w, op.w_sf = w_sf, op.ldw = (long long)k * kWBytes, op.w_kb = k / 32;
+    op.w_k0 = sl.k0, op.k_len = sl.len;
+    const int rows = min(p.T - m0, Cfg::kBM);
+    gemm::Accum<Cfg> acc;
+    gemm::mma_tile<Cfg>(op, m0, n0, rows, smem, acc);
+    if (sl.count > 1) {
+        store_split<Cfg>(p, acc, m0, n0, rows, sl, store);
+        return;
+    }
+    for_each_pair<Cfg>(acc, rows, [&](int r, int c, float v0, float v1) {
+        store(m0 + r, n0 + c, v0, v1);
+    });
 }
 
 // Output tile n0 of the joint [wq_a; wkv] projection (N = 1536) for tokens m0..m0+63.
 template <int kH>
-__device__ void qkv_tile(const Params &p, int m0, int n0, unsigned char *smem) {
+__device__ void qkv_tile(const Params &p, int m0, int n0, const Slice &sl, unsigned char *smem) {
     if (n0 < kQL)
-        gemm_tile<CfgQkv>(p, p.x, p.x_stride, p.wq_a, p.wq_a_sf, kH, m0, n0, smem,
+        gemm_tile<CfgQkv>(p, p.x, p.x_stride, p.wq_a, p.wq_a_sf, kH, m0, n0, sl, smem,
                           StoreBf16{p.qa, kQL});
     else
-        gemm_tile<CfgQkv>(p, p.x, p.x_stride, p.wkv, p.wkv_sf, kH, m0, n0 - kQL, smem,
+        gemm_tile<CfgQkv>(p, p.x, p.x_stride, p.wkv, p.wkv_sf, kH, m0, n0 - kQL, sl, smem,
                           StoreBf16{p.kv, kKVL});
 }
 
 // Output tile n0 of the kv_gate projection (bf16 x bf16, fp32 out, no quantization: A14).
 template <int kH>
-__device__ void gate_tile(const Params &p, int m0, int n0, unsigned char *smem) {
+__device__ void gate_tile(const Params &p, int m0, int n0, const Slice &sl, unsigned char *smem) {
     gemm_tile<CfgGate>(p, p.x, p.x_stride, reinterpret_cast<const unsigned char *>(p.wkv_gate),
-                       nullptr, kH, m0, n0, smem, StoreF32{p.kv_gate, 2 * kKVL});
+                       nullptr, kH, m0, n0, sl, smem, StoreF32{p.kv_gate, 2 * kKVL});
+}
+
+// Slices per tile of phase 1: with one m-tile (T <= 64) the tiles are fewer than the CTAs, so
+// each tile's K steps are cut into count slices of `steps` steps (the last one may be shorter),
+// count <= kKSlices and tiles * count <= gridDim.x; otherwise count 1 (no split).
+struct KSplit {
+    int count, steps;
+};
+__device__ __forceinline__ KSplit projection_split(int m_tiles, int tiles, int ksteps) {
+    int s = m_tiles == 1 ? min((int)gridDim.x / tiles, kKSlices) : 1;
+    s = max(1, min(s, ksteps));
+    const int steps = (ksteps + s - 1) / s;
+    return {(ksteps + steps - 1) / steps, steps};
 }
 
 template <int kH, bool kHca>
@@ -234,12 +306,35 @@ __device__ void phase_projections(const Params &p, unsigned char *smem) {
     const int mt = (p.T + kBM - 1) / kBM;
     constexpr int n_qkv = (kQL + kKVL) / kBN;
     constexpr int n_gate = kHca ? 2 * kKVL / kBN : 0;
-    for (int tile = blockIdx.x; tile < mt * (n_qkv + n_gate); tile += gridDim.x) {
-        const int nt = tile / mt, m0 = (tile % mt) * kBM;  // tokens fastest: W reuse
+    constexpr int kSteps = kH / CfgQkv::kBK;
+    static_assert(kSplitWord0 + n_qkv + n_gate <= 256, "tile counters fit the barrier bank");
+    const int tiles = mt * (n_qkv + n_gate);
+    const KSplit ks = projection_split(mt, tiles, kSteps);
+    // Items: slice-major, tiles fastest, tokens fastest within a tile column (W reuse in L2).
+    for (int item = blockIdx.x; item < tiles * ks.count; item += gridDim.x) {
+        const int tile = item % tiles, slice = item / tiles;
+        const int nt = tile / mt, m0 = (tile % mt) * kBM;
+        const int k0 = slice * ks.steps * CfgQkv::kBK;
+        const Slice sl = {k0, min(kH - k0, ks.steps * CfgQkv::kBK), slice, ks.count, nt * kBN,
+                          p.bank + kSplitWord0 + tile};
         if (nt < n_qkv)
-            qkv_tile<kH>(p, m0, nt * kBN, smem);
+            qkv_tile<kH>(p, m0, nt * kBN, sl, smem);
         else
-            gate_tile<kH>(p, m0, (nt - n_qkv) * kBN, smem);
+            gate_tile<kH>(p, m0, (nt - n_qkv) * kBN, sl, smem);
+    }
+}
+
+// With one m-tile (T <= 64), after its phase-1 items: asks L2 for the wq_b rows and SfAtom scale
+// block of every phase-3 tile this CTA will compute (the tiles of phase_q_projection's loop), so
+// that the 32 MB weight stream overlaps barrier 0, phase 2 and barrier 1, during which DRAM is
+// otherwise nearly idle at small T; phase 3 then reads them from L2. A hint only.
+__device__ void prefetch_q_weights(const Params &p) {
+    if (p.T > kBM) return;
+    constexpr int kAtomBytes = (kQL / 32 + 3) / 4 * 512;  // one 128-row SfAtom block over all K
+    for (int tile = blockIdx.x; tile < kQCols / kBN; tile += gridDim.x) {
+        const long long n0 = (long long)tile * kBN;
+        gemm::prefetch_l2_range<kThreads>(p.wq_b + n0 * kQL, (long long)kBN * kQL);
+        gemm::prefetch_l2_range<kThreads>(p.wq_b_sf + n0 / 128 * kAtomBytes, kAtomBytes);
     }
 }
 
@@ -381,7 +476,7 @@ __device__ void phase_q_projection(const Params &p, unsigned char *smem) {
     const int mt = (p.T + kBM - 1) / kBM;
     for (int tile = blockIdx.x; tile < mt * (kQCols / kBN); tile += gridDim.x) {
         const int n0 = (tile / mt) * kBN, m0 = (tile % mt) * kBM;
-        gemm_tile<CfgQb>(p, p.qr, kQL, p.wq_b, p.wq_b_sf, kQL, m0, n0, smem,
+        gemm_tile<CfgQb>(p, p.qr, kQL, p.wq_b, p.wq_b_sf, kQL, m0, n0, whole_k(kQL), smem,
                          StoreBf16{p.q_or_x, kQCols});
     }
 }
@@ -682,6 +777,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const Params p) 
     if (p.params_bytes != (int)sizeof(Params) || gemm::dynamic_smem_bytes() < (unsigned)kSmemBytes)
         __trap();  // the host's argument struct or smem size drifted from this file
     phase_projections<kH, kHca != 0>(p, smem);
+    prefetch_q_weights(p);
     grid_barrier(p.bank + 0);
     phase_token_rows<kPage, kDraft, kHca != 0>(p, smem);
     grid_barrier(p.bank + 1);

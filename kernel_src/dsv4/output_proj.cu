@@ -29,12 +29,17 @@
 //                         bf16 (o_lora) and quantizes each aligned group of 32 columns of a row
 //                         (a warp holds 32 columns) -> o_lora_q / o_lora_sf: mxq(o_lora) is done
 //                         here, once, instead of in every CTA of kernel B.
+//   With one m-tile (T <= 64) and few tiles per SM the runtime splits each GEMM tile's K into
+//   kslices slices of slice_steps K-steps: item = (tile, slice), slices of a tile adjacent; each
+//   writes its fp32 partial to part, and the tile's last slice to finish (a counter at bank word
+//   128 + tile, reset by that CTA) sums the partials in slice order, then runs the epilogue.
 //   The ticket counter and the ready counters live in the layer kind's barrier bank, which the
 //   runtime zeroes (cuMemsetD8Async) before kernel A. Each CTA calls launch_dependents at once.
-// Kernel B, grid (kH / 32, m-tiles), launched with programmatic stream serialization:
-//   griddepcontrol.wait (kernel A complete and visible); block (0, 0) zeroes the barrier bank
-//   (the attention's barriers and kernel A's counters: it is left zeroed for the next layer);
-//   one gemm::mma_tile of 64 x 32 over K = 2 kH; bf16 out.
+// Kernel B, grid (kH / 32, m-tiles, K slices), launched with programmatic stream serialization:
+//   griddepcontrol.wait (kernel A complete and visible); block (0, 0, 0) zeroes bank words
+//   0..127 (the attention's barriers and kernel A's counters: it is left zeroed for the next
+//   layer); one gemm::mma_tile of 64 x 32 over K slice blockIdx.z of 2 kH; bf16 out (split-K,
+//   one m-tile only: partials and last-slice sum as in kernel A, counter at word 128 + n-tile).
 //
 // Buffers (row-major, byte offsets of the workspace from mla__dsv4_layout(T, kH, kG)):
 //   q_or_x     bf16 [T, 32768]                  read only (unsplit launches)
@@ -47,7 +52,10 @@
 //   o_lora     bf16 [T, 2 kH]; o_lora_q e4m3 [T, 2 kH]; o_lora_sf ue8m0 [T, 2 kH / 32]
 //   wo_b       e4m3 [kH, 2 kH]; wo_b_sf SfAtom over [kH, 2 kH / 32]
 //   out        bf16 [T, kH]
-//   bank       uint32 words: [0] ticket counter, [32 + m] ready[m] (units done of m-tile m)
+//   bank       uint32 words: [0] ticket counter, [32 + m] ready[m] (units done of m-tile m),
+//              [128 + tile] split-K counters (kernel A's tiles, then kernel B's n-tiles; each
+//              back to 0 after its tile's last slice)
+//   part       fp32 split-K partials [kslices][T][2 kH] (kernel A), [slices][T][kH] (kernel B)
 #include <cuda_bf16.h>
 
 #include "common/bf16.cuh"
@@ -66,6 +74,7 @@ constexpr int kSplits = 4;
 constexpr int kBM = 64;                                  // tokens per m-tile, both kernels
 constexpr int kUnitsPerMTile = kBM * kHeads;
 constexpr int kTicketWord = 0, kReadyWord0 = 32;
+constexpr int kSplitWord0 = 128;   // split-K tile counters: words [128, 128 + n-tiles), one m-tile
 
 // wo_a: 64 x 64 tiles, 2 x 2 warps of 32 x 32 (a warp's 32 columns are one o_lora scale group).
 using CfgA = gemm::Config<kBM, 64, 2, 2, 4, gemm::AKind::kFp8>;
@@ -90,7 +99,8 @@ struct ArgsA {
     unsigned char *o_lora_q;
     unsigned char *o_lora_sf;
     unsigned int *bank;
-    long long T, max_pos, split, units_per_qtile, n_qtiles;
+    float *part;                 // split-K partials fp32 [kslices][T][2 kH] (kslices > 1 only)
+    long long T, max_pos, split, units_per_qtile, n_qtiles, kslices, slice_steps;
 };
 
 struct ArgsB {
@@ -100,7 +110,8 @@ struct ArgsB {
     const unsigned char *wo_b_sf;
     __nv_bfloat16 *out;
     unsigned int *bank;
-    long long T, bank_words;
+    float *part;                 // split-K partials fp32 [gridDim.z][T][kH] (gridDim.z > 1 only)
+    long long T, bank_words, slice_steps;
 };
 
 template <int kH, int kG>
@@ -109,6 +120,8 @@ struct Shape {
     static_assert(kG >= 1 && kOCols % kG == 0 && (kOCols / kG) % 512 == 0, "K % 512 == 0");
     static_assert((2 * kH) % kG == 0 && (2 * kH / kG) % 256 == 0, "R % 256 == 0");
     static constexpr int kK = kOCols / kG, kR = 2 * kH / kG, kN = 2 * kH;
+    static_assert(kSplitWord0 + kN / 64 <= 256 && kSplitWord0 + kH / 32 <= 256,
+                  "split-K tile counters fit the barrier bank");
 };
 
 __device__ __forceinline__ float neg_inf() { return __uint_as_float(0xff800000u); }
@@ -117,6 +130,58 @@ __device__ __forceinline__ float neg_inf() { return __uint_as_float(0xff800000u)
 template <int kBytes>
 __device__ __forceinline__ void require_smem() {
     if (gemm::dynamic_smem_bytes() < (unsigned int)kBytes) __trap();
+}
+
+// K range [k0, k0 + len) of slice `slice` (slices of `steps` K-steps of 128, the last shorter).
+struct KRange {
+    int k0, len;
+};
+__device__ __forceinline__ KRange slice_range(long long slice, long long steps, int k) {
+    const int k0 = (int)(slice * steps * 128);
+    return {k0, k - k0 < (int)(steps * 128) ? k - k0 : (int)(steps * 128)};
+}
+
+// Stores this CTA's fp32 partial of tile (m0, n0) into part[slice][row][n] (rows < T, row
+// stride N), arrives on the tile's counter and, in the CTA that arrives last, sums the slices'
+// partials in slice order into acc (rows < T; deterministic). Returns whether this CTA is last.
+template <class Cfg>
+__device__ __forceinline__ bool split_reduce(gemm::Accum<Cfg> &acc, float *part, long long slice,
+                                             long long slices, long long T, int m0, int n0,
+                                             long long N, unsigned int *counter) {
+    using Acc = gemm::Accum<Cfg>;
+    const long long slice_stride = T * N;
+#pragma unroll
+    for (int mt = 0; mt < Cfg::kMT; ++mt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const long long row = m0 + Acc::row(mt, half);
+            if (row >= T) continue;
+#pragma unroll
+            for (int nt = 0; nt < Cfg::kNT; ++nt)
+                *reinterpret_cast<float2 *>(part + slice * slice_stride + row * N + n0 +
+                                            Acc::col(nt, 0)) =
+                    make_float2(acc.c[mt][nt][2 * half], acc.c[mt][nt][2 * half + 1]);
+        }
+    if (!gemm::splitk_arrive(counter, (int)slices)) return false;
+#pragma unroll
+    for (int mt = 0; mt < Cfg::kMT; ++mt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const long long row = m0 + Acc::row(mt, half);
+            if (row >= T) continue;
+#pragma unroll
+            for (int nt = 0; nt < Cfg::kNT; ++nt) {
+                const float2 *src =
+                    reinterpret_cast<const float2 *>(part + row * N + n0 + Acc::col(nt, 0));
+                float2 sum = __ldcg(src);
+                for (long long j = 1; j < slices; ++j) {
+                    const float2 v = __ldcg(src + j * slice_stride / 2);
+                    sum.x += v.x, sum.y += v.y;
+                }
+                acc.c[mt][nt][2 * half] = sum.x, acc.c[mt][nt][2 * half + 1] = sum.y;
+            }
+        }
+    return true;
 }
 
 // ---- kernel A, quantize items -----------------------------------------------------------------
@@ -260,23 +325,30 @@ __device__ __forceinline__ void store_o_lora(const ArgsA &a, const gemm::Accum<C
         }
 }
 
-// GEMM item gi: tile (m-tile gi / n-tiles, n-tile gi % n-tiles) of o_lora.
+// GEMM item gi: K-slice gi % kslices of tile (m-tile t / n-tiles, n-tile t % n-tiles) of
+// o_lora, t = gi / kslices (kslices > 1 only with one m-tile: the last slice of a tile to finish
+// sums the partials and runs the epilogue).
 template <int kH, int kG>
 __device__ __forceinline__ void wo_a_item(const ArgsA &a, long long gi, unsigned char *smem) {
     using S = Shape<kH, kG>;
     constexpr int kNTiles = S::kN / CfgA::kBN;
-    const int mt = (int)(gi / kNTiles), n0 = (int)(gi % kNTiles) * CfgA::kBN;
+    const long long tile = gi / a.kslices, slice = gi % a.kslices;
+    const int mt = (int)(tile / kNTiles), n0 = (int)(tile % kNTiles) * CfgA::kBN;
     const int m0 = mt * kBM, g = n0 / S::kR;
     const long long rows = a.T - m0 < kBM ? a.T - m0 : kBM;
     pdl::wait_at_least(a.bank + kReadyWord0 + mt, (unsigned int)(rows * kHeads));
+    const KRange kr = slice_range(slice, a.slice_steps, S::kK);
     gemm::Operands op;
-    op.a = a.act_q + (long long)g * S::kK;
-    op.a_sf = a.act_sf + (long long)g * (S::kK / 32);
+    op.a = a.act_q + (long long)g * S::kK + kr.k0;
+    op.a_sf = a.act_sf + ((long long)g * S::kK + kr.k0) / 32;
     op.lda = kOCols, op.lda_sf = kOCols / 32;
-    op.w = a.wo_a, op.w_sf = a.wo_a_sf, op.ldw = S::kK, op.w_kb = S::kK / 32, op.w_k0 = 0;
-    op.k_len = S::kK;
+    op.w = a.wo_a, op.w_sf = a.wo_a_sf, op.ldw = S::kK, op.w_kb = S::kK / 32;
+    op.w_k0 = kr.k0, op.k_len = kr.len;
     gemm::Accum<CfgA> acc;
     gemm::mma_tile<CfgA>(op, m0, n0, (int)rows, smem, acc);
+    if (a.kslices > 1 && !split_reduce<CfgA>(acc, a.part, slice, a.kslices, a.T, m0, n0, S::kN,
+                                             a.bank + kSplitWord0 + tile))
+        return;
     store_o_lora(a, acc, m0, n0, S::kN);
 }
 
@@ -326,15 +398,20 @@ __global__ void __launch_bounds__(oproj::kThreads) output_proj_b_kernel(const op
     extern __shared__ __align__(128) unsigned char smem[];
     require_smem<CfgB::kSmemBytes>();
     pdl::wait();                                     // kernel A complete, its writes visible
-    if (blockIdx.x == 0 && blockIdx.y == 0) zero_bank(b.bank, b.bank_words);
+    if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) zero_bank(b.bank, b.bank_words);
     const int m0 = (int)blockIdx.y * kBM, n0 = (int)blockIdx.x * CfgB::kBN;
     const long long rows = b.T - m0 < kBM ? b.T - m0 : kBM;
+    const KRange kr = slice_range(blockIdx.z, b.slice_steps, S::kN);
     gemm::Operands op;
-    op.a = b.o_lora_q, op.a_sf = b.o_lora_sf, op.lda = S::kN, op.lda_sf = S::kN / 32;
-    op.w = b.wo_b, op.w_sf = b.wo_b_sf, op.ldw = S::kN, op.w_kb = S::kN / 32, op.w_k0 = 0;
-    op.k_len = S::kN;
+    op.a = b.o_lora_q + kr.k0, op.a_sf = b.o_lora_sf + kr.k0 / 32;
+    op.lda = S::kN, op.lda_sf = S::kN / 32;
+    op.w = b.wo_b, op.w_sf = b.wo_b_sf, op.ldw = S::kN, op.w_kb = S::kN / 32;
+    op.w_k0 = kr.k0, op.k_len = kr.len;
     gemm::Accum<CfgB> acc;
     gemm::mma_tile<CfgB>(op, m0, n0, (int)rows, smem, acc);
+    if (gridDim.z > 1 && !split_reduce<CfgB>(acc, b.part, blockIdx.z, gridDim.z, b.T, m0, n0, kH,
+                                             b.bank + kSplitWord0 + blockIdx.x))
+        return;
     store_out(b, acc, m0, n0, kH);
 }
 
