@@ -74,28 +74,35 @@ static size_t n_out(const mlt_pf_case *c, const mlt_pf_run *r) {
 }
 
 /* Device result vs a reference (dense: the plain one): out within atol + rtol |ref|, lse within
- * 1e-3 and -inf exactly where the reference is. */
-static void expect_ref(const mlt_pf_case *c, const mlt_pf_run *r, int dense, double atol,
-                       double rtol, uint64_t seed) {
+ * 1e-3 and -inf exactly where the reference is; rows (token t, head h) with skip[t * heads + h]
+ * are left out (skip may be NULL). */
+static void expect_ref_rows(const mlt_pf_case *c, const mlt_pf_run *r, int dense, double atol,
+                            double rtol, uint64_t seed, const unsigned char *skip) {
     size_t n = n_out(c, r), nl = (size_t)r->total_q * c->heads;
     double *out = malloc((n + 1) * sizeof *out), *lse = malloc((nl + 1) * sizeof *lse);
     cr_assert(out && lse && mlt_pf_oracle(c, r, dense, out, lse) == 0, "%s seed %llu: reference",
               c->name, (unsigned long long)seed);
     int bad = 0;
     for (size_t j = 0; j < n && bad < 5; j++)
-        if (!(fabs(r->out[j] - out[j]) <= atol + rtol * fabs(out[j]))) {
+        if (!(skip && skip[j / c->dv]) && !(fabs(r->out[j] - out[j]) <= atol + rtol * fabs(out[j]))) {
             bad++;
             cr_expect(0, "%s seed %llu: token %zu head %zu col %zu: got %.6g, %s %.6g", c->name,
                       (unsigned long long)seed, j / ((size_t)c->heads * c->dv),
                       j / c->dv % c->heads, j % c->dv, r->out[j], out[j], dense ? "dense" : "oracle");
         }
     for (size_t j = 0; j < nl && bad < 10; j++) {
+        if (skip && skip[j % r->total_q * c->heads + j / r->total_q]) continue;
         int ok = isinf(lse[j]) ? r->lse[j] == lse[j] : fabs(r->lse[j] - lse[j]) <= 1e-3 + 1e-5 * fabs(lse[j]);
         if (!ok) bad++;
         cr_expect(ok, "%s seed %llu: lse head %zu token %zu: got %.7g, reference %.7g", c->name,
                   (unsigned long long)seed, j / r->total_q, j % r->total_q, r->lse[j], lse[j]);
     }
     free(out), free(lse);
+}
+
+static void expect_ref(const mlt_pf_case *c, const mlt_pf_run *r, int dense, double atol,
+                       double rtol, uint64_t seed) {
+    expect_ref_rows(c, r, dense, atol, rtol, seed, NULL);
 }
 
 static void run_case(mla_runtime *rt, const mlt_pf_case *c, uint64_t seed, double amp,
@@ -120,7 +127,10 @@ ParameterizedTest(mlt_pf_case *c, fakequant_prefill_gpu, sweep) {
 
 /* With one-hot v, out[i, h, j] is the weight of key j: a key is dropped (weight exactly 0) on
  * the device iff the oracle drops it. Sink 3, recent 5 (d = 4 dense, d = 5 not), a one-row
- * sequence (fully dense), 2:4 and 4:8. */
+ * sequence (fully dense), 2:4 and 4:8. Random scores of a group can come within fp32 rounding of
+ * each other (mlt_pf_nm_unsure: gap <= 2 (d + 2) 2^-23 qk_scale sum |q k|), and then fp32 and
+ * float64 may legitimately keep different keys: those near-tied keys are not compared, nor the
+ * values of their rows; such groups must stay under 1 % (expected: almost always none). */
 Test(fakequant_prefill_gpu, nm_exemptions_exact) {
     mla_runtime *rt = gpu_or_skip();
     uint64_t seed = mlt_seed();
@@ -133,10 +143,22 @@ Test(fakequant_prefill_gpu, nm_exemptions_exact) {
         size_t n = n_out(&c, &r), nl = (size_t)r.total_q * c.heads, dropped = 0;
         double *out = malloc(n * sizeof *out), *lse = malloc(nl * sizeof *lse);
         double *all = malloc(n * sizeof *all), *lse2 = malloc(nl * sizeof *lse2);
-        cr_assert(out && lse && all && lse2 && mlt_pf_oracle(&c, &r, 0, out, lse) == 0 &&
-                  mlt_pf_oracle(&c, &r, 1, all, lse2) == 0, "%s: references", c.name);
+        unsigned char *unsure = calloc(n, 1), *skip = calloc(nl, 1);
+        long groups, ambiguous;
+        cr_assert(out && lse && all && lse2 && unsure && skip &&
+                  mlt_pf_oracle(&c, &r, 0, out, lse) == 0 &&
+                  mlt_pf_oracle(&c, &r, 1, all, lse2) == 0 &&
+                  mlt_pf_nm_unsure(&c, &r, c.dv, unsure, &groups, &ambiguous) == 0,
+                  "%s: references", c.name);
+        cr_log_info("%s seed %llu: %ld of %ld N:M groups near-tied within the fp32 bound", c.name,
+                    (unsigned long long)seed, ambiguous, groups);
+        cr_assert(groups > 0 && ambiguous * 100 < groups, "%s seed %llu: %ld of %ld N:M groups "
+                  "near-tied within the fp32 bound (at most 1 %% expected)", c.name,
+                  (unsigned long long)seed, ambiguous, groups);
         for (size_t j = 0; j < n; j++) {
             dropped += out[j] == 0 && all[j] > 0;
+            skip[j / c.dv] |= unsure[j];
+            if (unsure[j]) continue;
             cr_assert((r.out[j] == 0) == (out[j] == 0), "%s seed %llu: token %zu head %zu key "
                       "%zu: device weight %.6g, oracle %.6g", c.name, (unsigned long long)seed,
                       j / (2 * 128), j / 128 % 2, j % 128, r.out[j], out[j]);
@@ -154,9 +176,8 @@ Test(fakequant_prefill_gpu, nm_exemptions_exact) {
                               c.name, j, i);
             }
         cr_assert(dropped > n / 8, "%s: the oracle dropped only %zu visible keys", c.name, dropped);
-        free(all), free(lse2);
-        expect_ref(&c, &r, 0, 5e-3, 5e-3, seed);
-        free(out), free(lse), mlt_pf_free(&r);
+        expect_ref_rows(&c, &r, 0, 5e-3, 5e-3, seed, skip);
+        free(out), free(lse), free(all), free(lse2), free(unsure), free(skip), mlt_pf_free(&r);
     }
     mla_runtime_destroy(rt);
 }

@@ -34,6 +34,9 @@
 // multiple of 4, 16-byte aligned a and w, 4-byte aligned a_sf and w_sf. Only the A rows of warps
 // that own a row < m_valid are loaded and converted (a_rows_used), so small m_valid costs little.
 //
+// mma_tiles runs a CTA's sequence of tiles (same operands, same K range) through one pipeline
+// that carries over from tile to tile, handing each finished tile to an epilogue.
+//
 // Also here: splitk_arrive, the last-slice handshake of split-K tiles (fp32 partials summed in a
 // fixed slice order), and prefetch_l2 / prefetch_l2_range (prefetch.global.L2 hints).
 #pragma once
@@ -299,15 +302,30 @@ __device__ __forceinline__ void mma_step(const unsigned char *a_tile, const unsi
 
 // ---- the tile ---------------------------------------------------------------------------------
 
+// Converts the K-step in stage s for the MMAs (fp8 A and W to bf16, bf16 A to mxq(A)), then this
+// warp's MMAs of it into acc (warps whose rows all lie past m_valid skip them: their rows are
+// zero). Starts after the block barrier that follows the stage's cp.async wait.
+template <class Cfg>
+__device__ __forceinline__ void convert_and_mma(const Smem<Cfg> &sm, int s, int m_valid,
+                                                Accum<Cfg> &acc) {
+    if constexpr (Cfg::kA == AKind::kFp8)
+        dequant_tile<Cfg::kThreads>(sm.a_raw(s), sm.a_sf(s), sm.a_tile(s),
+                                    a_rows_used<Cfg>(m_valid));
+    if constexpr (Cfg::kA == AKind::kBf16Mxq)
+        mxq_tile<Cfg::kBM, Cfg::kThreads>(sm.a_tile(s), m_valid);
+    if constexpr (Cfg::kW == WKind::kFp8)
+        dequant_tile<Cfg::kThreads>(sm.w_raw(s), sm.w_sf(s), sm.w_tile(s), Cfg::kBN);
+    if constexpr (Cfg::kA != AKind::kBf16 || Cfg::kW != WKind::kBf16)
+        __syncthreads();                          // the converted tiles are complete
+    if (Accum<Cfg>::warp_row0() < m_valid) mma_step<Cfg>(sm.a_tile(s), sm.w_tile(s), acc);
+}
+
 // Computes one BM x BN tile into acc (see the top of the file). All kThreads threads call it.
 template <class Cfg>
 __device__ __forceinline__ void mma_tile(const Operands &op, int m0, int n0, int m_valid,
                                          unsigned char *smem, Accum<Cfg> &acc) {
     const Smem<Cfg> sm{smem};
     const int ksteps = op.k_len / Cfg::kBK;
-    // Warps whose rows all lie past m_valid skip the MMAs (their rows are zero anyway).
-    const bool warp_has_rows = Accum<Cfg>::warp_row0() < m_valid;
-    const int a_rows = a_rows_used<Cfg>(m_valid);
     acc.zero();
 #pragma unroll
     for (int s = 0; s < Cfg::kStages - 1; ++s) {
@@ -321,15 +339,62 @@ __device__ __forceinline__ void mma_tile(const Operands &op, int m0, int n0, int
         const int next = ks + Cfg::kStages - 1;   // refill the stage consumed at ks - 1
         if (next < ksteps) load_stage<Cfg>(op, sm, next % Cfg::kStages, next, m0, n0, m_valid);
         mla::cp_async_commit();
-        if constexpr (Cfg::kA == AKind::kFp8)
-            dequant_tile<Cfg::kThreads>(sm.a_raw(s), sm.a_sf(s), sm.a_tile(s), a_rows);
-        if constexpr (Cfg::kA == AKind::kBf16Mxq)
-            mxq_tile<Cfg::kBM, Cfg::kThreads>(sm.a_tile(s), m_valid);
-        if constexpr (Cfg::kW == WKind::kFp8)
-            dequant_tile<Cfg::kThreads>(sm.w_raw(s), sm.w_sf(s), sm.w_tile(s), Cfg::kBN);
-        if constexpr (Cfg::kA != AKind::kBf16 || Cfg::kW != WKind::kBf16)
-            __syncthreads();                      // the converted tiles are complete
-        if (warp_has_rows) mma_step<Cfg>(sm.a_tile(s), sm.w_tile(s), acc);
+        convert_and_mma<Cfg>(sm, s, m_valid, acc);
+    }
+    mla::cp_async_wait<0>();
+    __syncthreads();
+}
+
+// ---- a CTA's sequence of tiles through one pipeline -------------------------------------------
+
+// One tile of a sequence: its origin and its rows that exist (as m_valid of mma_tile).
+struct TileCoord {
+    int m0, n0, m_valid;
+};
+
+// Computes the tiles tile_of(0), ..., tile_of(count - 1) (TileCoord each; all with the operands
+// and K range of op) as one flat sequence of count * ksteps K-steps through one cp.async
+// pipeline: the copies of tile i + 1's first K-steps are in flight while tile i's last ones are
+// converted and multiplied, so the pipeline ramps up once per sequence rather than once per
+// tile. After tile i's last K-step every thread calls epilogue(i, coord, acc) with acc holding
+// the tile exactly as mma_tile would (the same MMAs in the same order); the epilogue may write
+// global memory but must neither touch smem nor synchronize the block (other stages are in
+// flight). All kThreads threads call mma_tiles with the same arguments; it returns with every
+// cp.async drained and the block synchronized.
+template <class Cfg, class TileOf, class Epilogue>
+__device__ __forceinline__ void mma_tiles(const Operands &op, int count, TileOf tile_of,
+                                          unsigned char *smem, Epilogue epilogue) {
+    const Smem<Cfg> sm{smem};
+    const int ksteps = op.k_len / Cfg::kBK;
+    const int total = count * ksteps;
+#pragma unroll
+    for (int s = 0; s < Cfg::kStages - 1; ++s) {
+        if (s < total) {
+            const TileCoord c = tile_of(s / ksteps);
+            load_stage<Cfg>(op, sm, s, s % ksteps, c.m0, c.n0, c.m_valid);
+        }
+        mla::cp_async_commit();
+    }
+    Accum<Cfg> acc;
+    acc.zero();
+    TileCoord cur = count > 0 ? tile_of(0) : TileCoord{0, 0, 0};
+    for (int j = 0, tile = 0, ks = 0; j < total; ++j) {
+        const int s = j % Cfg::kStages;
+        mla::cp_async_wait<Cfg::kStages - 2>();   // flat K-step j has landed (this thread's part)
+        __syncthreads();                          // ... everyone's, and the last MMAs are done
+        const int next = j + Cfg::kStages - 1;    // refill the stage consumed at j - 1
+        if (next < total) {
+            const TileCoord c = tile_of(next / ksteps);
+            load_stage<Cfg>(op, sm, next % Cfg::kStages, next % ksteps, c.m0, c.n0, c.m_valid);
+        }
+        mla::cp_async_commit();
+        convert_and_mma<Cfg>(sm, s, cur.m_valid, acc);
+        if (++ks == ksteps) {                     // tile done: hand it over, start the next
+            epilogue(tile, cur, acc);
+            acc.zero();
+            ks = 0;
+            if (++tile < count) cur = tile_of(tile);
+        }
     }
     mla::cp_async_wait<0>();
     __syncthreads();

@@ -33,6 +33,7 @@
 // --- barrier 1
 // Phase 3: q[t] = bf16(qr[t] @ Wd_qb^T) into q_or_x [T, 32768]; HCA: kv_score_ring row
 //          kv_gate_ring_row[t] = g[t] (of two tokens on one row, the later position wins).
+//          Tiles of 64 x 64 (T <= 64: 64 x 128), a CTA's tiles through one carried pipeline.
 // --- barrier 2 (all KV / c128 writes and all q are visible: A6)
 // Phase 4: work items (token t, head group of 16, split s) per the split-KV contract of
 //          runtime/internal.h: Q = bf16(rope(rmsnorm(q_h, eps q_eps)[448:], freqs_real[p]));
@@ -172,6 +173,11 @@ using TileCfg = gemm::Config<64, 64, 2, 4, kStages, kA, kW>;
 using CfgQkv = TileCfg<gemm::AKind::kBf16Mxq, 6>;                    // mxq(x) @ Wd_qa^T, Wd_kv^T
 using CfgGate = TileCfg<gemm::AKind::kBf16, 5, gemm::WKind::kBf16>;  // x @ wkv_gate^T
 using CfgQb = TileCfg<gemm::AKind::kBf16, 6>;                        // qr @ Wd_qb^T
+// Phase 3 at T <= 64 (one m-tile): 64 x 128 tiles, 2 x 4 warps of 32 x 32, 4 stages (33,280 B
+// each + the 32 KB bf16 W tile = 165,888 B): half the tiles and K-steps per CTA of 64 x 64, each
+// step twice the W; the same MMAs per accumulator in the same order, so the same q bits.
+using CfgQbWide = gemm::Config<64, 128, 2, 4, 4, gemm::AKind::kBf16>;
+constexpr bool kWideQ = true;                   // false: 64 x 64 tiles at every T
 constexpr int kBM = CfgQkv::kBM, kBN = CfgQkv::kBN;
 
 struct StoreBf16 {
@@ -213,7 +219,6 @@ struct Slice {
     int k0, len, index, count, col;
     unsigned *counter;
 };
-__device__ __forceinline__ Slice whole_k(int k) { return {0, k, 0, 1, 0, nullptr}; }
 
 // Split-K partial rows: fp32 [count][T][kPartCols], columns of the joint [qa | kv | kv_gate]
 // output (MLA__DSV4_PART_K_COLS); the tile counters are bank words kSplitWord0 + tile.
@@ -325,15 +330,16 @@ __device__ void phase_projections(const Params &p, unsigned char *smem) {
 }
 
 // With one m-tile (T <= 64), after its phase-1 items: asks L2 for the wq_b rows and SfAtom scale
-// block of every phase-3 tile this CTA will compute (the tiles of phase_q_projection's loop), so
-// that the 32 MB weight stream overlaps barrier 0, phase 2 and barrier 1, during which DRAM is
-// otherwise nearly idle at small T; phase 3 then reads them from L2. A hint only.
+// block of every phase-3 tile this CTA will compute (the tiles of q_projection_tiles at T <= 64),
+// so that the 32 MB weight stream overlaps barrier 0, phase 2 and barrier 1, during which DRAM
+// is otherwise nearly idle at small T; phase 3 then reads them from L2. A hint only.
 __device__ void prefetch_q_weights(const Params &p) {
     if (p.T > kBM) return;
+    constexpr int kTileN = kWideQ ? CfgQbWide::kBN : CfgQb::kBN;
     constexpr int kAtomBytes = (kQL / 32 + 3) / 4 * 512;  // one 128-row SfAtom block over all K
-    for (int tile = blockIdx.x; tile < kQCols / kBN; tile += gridDim.x) {
-        const long long n0 = (long long)tile * kBN;
-        gemm::prefetch_l2_range<kThreads>(p.wq_b + n0 * kQL, (long long)kBN * kQL);
+    for (int tile = blockIdx.x; tile < kQCols / kTileN; tile += gridDim.x) {
+        const long long n0 = (long long)tile * kTileN;
+        gemm::prefetch_l2_range<kThreads>(p.wq_b + n0 * kQL, (long long)kTileN * kQL);
         gemm::prefetch_l2_range<kThreads>(p.wq_b_sf + n0 / 128 * kAtomBytes, kAtomBytes);
     }
 }
@@ -469,16 +475,42 @@ __device__ void ring_write(const Params &p, int u) {
     for (int i = threadIdx.x; i < 2 * kKVL / 4; i += kThreads) dst[i] = src[i];
 }
 
+// q = bf16(qr @ Wd_qb^T): this CTA's tiles blockIdx.x, + gridDim.x, ... (m-tiles fastest)
+// through one pipeline that carries over from tile to tile (gemm::mma_tiles), so it ramps up once.
+template <class Cfg>
+__device__ void q_projection_tiles(const Params &p, unsigned char *smem) {
+    const int mt = (p.T + Cfg::kBM - 1) / Cfg::kBM;
+    const int tiles = mt * (kQCols / Cfg::kBN);
+    const int count = (int)blockIdx.x < tiles ? (tiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1
+                                              : 0;
+    gemm::Operands op;
+    op.a = p.qr, op.a_sf = nullptr, op.lda = kQL, op.lda_sf = 0;
+    op.w = p.wq_b, op.w_sf = p.wq_b_sf, op.ldw = kQL, op.w_kb = kQL / 32;
+    op.w_k0 = 0, op.k_len = kQL;
+    const StoreBf16 store{p.q_or_x, kQCols};
+    gemm::mma_tiles<Cfg>(
+        op, count,
+        [&](int i) {
+            const int tile = (int)blockIdx.x + i * (int)gridDim.x;
+            const int m0 = (tile % mt) * Cfg::kBM;
+            return gemm::TileCoord{m0, (tile / mt) * Cfg::kBN, min(p.T - m0, Cfg::kBM)};
+        },
+        smem,
+        [&](int, const gemm::TileCoord &c, const gemm::Accum<Cfg> &acc) {
+            for_each_pair<Cfg>(acc, c.m_valid, [&](int r, int col, float v0, float v1) {
+                store(c.m0 + r, c.n0 + col, v0, v1);
+            });
+        });
+}
+
 template <int kDraft, bool kHca>
 __device__ void phase_q_projection(const Params &p, unsigned char *smem) {
     if (kHca)
         for (int u = blockIdx.x; u < p.T; u += gridDim.x) ring_write<kDraft>(p, u);
-    const int mt = (p.T + kBM - 1) / kBM;
-    for (int tile = blockIdx.x; tile < mt * (kQCols / kBN); tile += gridDim.x) {
-        const int n0 = (tile / mt) * kBN, m0 = (tile % mt) * kBM;
-        gemm_tile<CfgQb>(p, p.qr, kQL, p.wq_b, p.wq_b_sf, kQL, m0, n0, whole_k(kQL), smem,
-                         StoreBf16{p.q_or_x, kQCols});
-    }
+    if (kWideQ && p.T <= CfgQbWide::kBM)
+        q_projection_tiles<CfgQbWide>(p, smem);
+    else
+        q_projection_tiles<CfgQb>(p, smem);
 }
 
 // ---- phase 4: sparse attention --------------------------------------------------------------
@@ -760,13 +792,14 @@ __device__ void phase_attention(const Params &p, unsigned char *smem) {
 // ---- the kernel -----------------------------------------------------------------------------
 
 __host__ __device__ constexpr int cmax(int a, int b) { return a > b ? a : b; }
-constexpr int kGemmSmemBytes =
-    cmax(cmax(CfgQkv::kSmemBytes, CfgGate::kSmemBytes), CfgQb::kSmemBytes);
+constexpr int kGemmSmemBytes = cmax(cmax(CfgQkv::kSmemBytes, CfgGate::kSmemBytes),
+                                    cmax(CfgQb::kSmemBytes, CfgQbWide::kSmemBytes));
 constexpr int kSmemBytes =
     cmax(cmax(kGemmSmemBytes, attn::kSmemBytes), 128 * 4 + kKVL * 4 /* compressor */);
 static_assert(kSmemBytes <= kSmemBudget, "raise DSV4_ATTN_SMEM in runtime/dsv4_attention.c");
 static_assert(CfgQkv::kThreads == kThreads && CfgGate::kThreads == kThreads &&
-                  CfgQb::kThreads == kThreads, "one block size");
+                  CfgQb::kThreads == kThreads && CfgQbWide::kThreads == kThreads,
+              "one block size");
 
 template <int kH, int kPage, int kDraft, int kHca>
 __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const Params p) {

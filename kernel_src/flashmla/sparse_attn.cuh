@@ -55,20 +55,24 @@ __device__ __forceinline__ float sink_factor(const float *attn_sink, int head, f
 }
 
 // The attention step of one K tile already in shared memory (Q too): S, mask, online softmax,
-// P V. Ends with a block barrier, after which k_tile, flags and P may be overwritten.
+// P V. Ends with a block barrier, after which k_tile, flags and P may be overwritten. A warp
+// whose row slab is all padding (slab_used false, warp-uniform) skips both MMAs and their
+// shared-memory reads but still takes every barrier; its rows hold meaningless values and must
+// not be stored.
 template <int kD>
 __device__ __forceinline__ void attend_tile(float (&o)[32][4], RowState &st, unsigned char *smem,
                                             int q_off, int k_off, int p_off, int red_off,
-                                            const int *flags, float scale_log2) {
+                                            const int *flags, float scale_log2,
+                                            bool slab_used = true) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp & 3, wn = warp >> 2;
     const unsigned base = smem_addr(smem);
-    float s[4][4];
-    qk_mma<kD, false>(s, base + q_off, base + k_off, wm, wn, lane);
+    float s[4][4] = {};
+    if (slab_used) qk_mma<kD, false>(s, base + q_off, base + k_off, wm, wn, lane);
     scale_and_mask(s, scale_log2, wn, lane, [flags](int c, int) { return flags[c] != 0; });
     online_softmax_update<false>(s, o, st, reinterpret_cast<float *>(smem + red_off),
                                  smem + p_off, wm, wn, lane);
     __syncthreads();  // P visible
-    pv_mma<kD, false>(o, base + p_off, base + k_off, wm, wn, lane);
+    if (slab_used) pv_mma<kD, false>(o, base + p_off, base + k_off, wm, wn, lane);
     __syncthreads();  // K tile, flags and P consumed
 }
 

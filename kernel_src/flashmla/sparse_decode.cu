@@ -23,7 +23,9 @@
 //   out         [b, s_q, h_q, 512] bfloat16    softmax_lse [b, h_q, s_q] float32 contiguous
 //
 // Grid (b * s_q, ceil(h_q / 64)): CTA (i * s_q + j, m) takes heads [64 m, 64 m + 64) of token
-// (i, j) over all its entries, 64 per tile (no split). Shared memory (bytes): Q tile 64 x 576 x 2,
+// (i, j) over all its entries, 64 per tile (no split); each thread reads the index of its row one
+// tile ahead of the row's cp.async, and warps whose 16-row slab is all padding (h_q < 64) skip
+// the MMAs. Shared memory (bytes): Q tile 64 x 576 x 2,
 // one bf16 K tile 64 x 576 x 2, one staging tile of 64 raw 656-byte rows (cp.async target of the
 // next tile while the current one is used), P, row exchange, two flag arrays.
 
@@ -68,22 +70,26 @@ __device__ __forceinline__ void load_q_tile(const SparseDecodeParams &p, unsigne
     load_row_async<kD>(dst, r, threadIdx.x & 3, src, p.q);
 }
 
-// Address of the cache row of entry k of token (i, j), or null when the entry is invalid.
-__device__ __forceinline__ const unsigned char *entry_row(const SparseDecodeParams &p,
-                                                         const int *list, int k, int n) {
-    if (k >= n) return nullptr;
-    const long long idx = list[k];
+// Index of entry k of a token's list, -1 (invalid) for k >= n. Read one tile ahead of its use, so
+// that the dependent DRAM read is off the path from one tile to the next.
+__device__ __forceinline__ int fetch_index(const int *list, int k, int n) {
+    return k < n ? list[k] : -1;
+}
+
+// Address of the cache row that index idx names, or null when idx is invalid.
+__device__ __forceinline__ const unsigned char *entry_row(const SparseDecodeParams &p, int idx) {
     if (idx < 0 || idx >= p.num_slots) return nullptr;
     const long long blk = idx / p.page_size, row = idx - blk * p.page_size;
     return p.k + blk * p.k_stride_block_bytes + row * kKvRowBytes;
 }
 
-// Issues the cp.async of entries [k0, k0 + 64) into the staging tile (row-major raw rows, invalid
-// rows zero-filled) and writes their validity flags.
+// Issues the cp.async of the 64 rows of a tile into the staging tile (row-major raw rows, invalid
+// rows zero-filled) and writes their validity flags; idx is the index of this thread's row
+// (threadIdx.x / 4), from fetch_index.
 __device__ __forceinline__ void load_kv_tile(const SparseDecodeParams &p, unsigned stage,
-                                             int *flags, const int *list, int k0, int n) {
+                                             int *flags, int idx) {
     const int r = threadIdx.x >> 2, part = threadIdx.x & 3;
-    const unsigned char *src = entry_row(p, list, k0 + r, n);
+    const unsigned char *src = entry_row(p, idx);
     if (part == 0) flags[r] = src != nullptr;
     const bool valid = src != nullptr;
     if (!valid) src = p.k;
@@ -153,26 +159,30 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Sparse
     int *flags = reinterpret_cast<int *>(smem + kDecSmemFlags);
     const int *list = p.indices + (long long)i * p.i_stride_b + (long long)j * p.i_stride_s;
     const int n = entry_count(p, i), n_tiles = (n + kBlockN - 1) / kBlockN;
+    const int r = threadIdx.x >> 2, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const bool slab_used = m * kBlockM + (warp & 3) * 16 < p.h_q;  // else all padding rows
     float o[32][4];
     RowState st;
     row_state_init(st, o);
     load_q_tile(p, base + kDecSmemQ, i, j, m);
-    if (n_tiles > 0) load_kv_tile(p, base + kDecSmemStage, flags, list, 0, n);
+    int idx = fetch_index(list, r, n);
+    if (n_tiles > 0) load_kv_tile(p, base + kDecSmemStage, flags, idx);
     cp_async_commit();
+    idx = fetch_index(list, kBlockN + r, n);  // this thread's row of tile 1
     for (int it = 0; it < n_tiles; it++) {
         cp_async_wait<0>();
         __syncthreads();  // the staged rows (and Q) visible to every thread
         dequant_kv_tile(smem + kDecSmemStage, smem + kDecSmemK);
         __syncthreads();  // the K tile visible, the staging tile free
-        if (it + 1 < n_tiles)
-            load_kv_tile(p, base + kDecSmemStage, flags + ((it + 1) & 1) * kBlockN, list,
-                         (it + 1) * kBlockN, n);
+        if (it + 1 < n_tiles) {
+            load_kv_tile(p, base + kDecSmemStage, flags + ((it + 1) & 1) * kBlockN, idx);
+            idx = fetch_index(list, (it + 2) * kBlockN + r, n);
+        }
         cp_async_commit();
         attend_tile<kD>(o, st, smem, kDecSmemQ, kDecSmemK, kDecSmemP, kDecSmemRed,
-                        flags + (it & 1) * kBlockN, p.scale_log2);
+                        flags + (it & 1) * kBlockN, p.scale_log2, slab_used);
     }
     cp_async_wait<0>();
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     finish_row_sums(st, reinterpret_cast<float *>(smem + kDecSmemRed), warp & 3, warp >> 2, lane);
     store_rows(p, o, st, i, j, m);
 }

@@ -192,15 +192,21 @@ void mlr_fq_apply_nm(double *s, const int *dense, int n, int keep_n, int m) {
     }
 }
 
-/* The quantized copy of one sequence's q (per row), k (per row) and v (16-token groups per
- * column, sequence-relative, the tail padded with 0). */
-static void prefill_quantize(const mlr_fq_prefill_cfg *c, const double *q, int q_len,
-                             const double *k, const double *v, int k_len, double *qq, double *kq,
-                             double *vq) {
+/* The quantized copy of one sequence's q and k (per row). */
+static void prefill_quantize_qk(const mlr_fq_prefill_cfg *c, const double *q, int q_len,
+                                const double *k, int k_len, double *qq, double *kq) {
     for (long r = 0; r < (long)q_len * c->heads; r++)
         mlr_fq_qdq_row(c->q_mode, q + r * c->dqk, c->dqk, c->q_amax, qq + r * c->dqk);
     for (long r = 0; r < (long)k_len * c->kv_heads; r++)
         mlr_fq_qdq_row(c->k_mode, k + r * c->dqk, c->dqk, c->k_amax, kq + r * c->dqk);
+}
+
+/* The quantized copy of one sequence's q, k and v (16-token groups per column,
+ * sequence-relative, the tail padded with 0). */
+static void prefill_quantize(const mlr_fq_prefill_cfg *c, const double *q, int q_len,
+                             const double *k, const double *v, int k_len, double *qq, double *kq,
+                             double *vq) {
+    prefill_quantize_qk(c, q, q_len, k, k_len, qq, kq);
     long vs = (long)c->kv_heads * c->dv;   /* token stride of v */
     for (int col = 0; col < c->kv_heads * c->dv; col++)
         for (int g = 0; 16 * g < k_len; g++) {
@@ -284,6 +290,32 @@ int mlr_fq_prefill_seq(const mlr_fq_prefill_cfg *c, const double *q, int q_len, 
     rc = 0;
 done:
     free(qq), free(kq), free(vq), free(s), free(p), free(dense);
+    return rc;
+}
+
+int mlr_fq_prefill_scores(const mlr_fq_prefill_cfg *c, const double *q, int q_len,
+                          const double *k, int k_len, double *s, double *mag) {
+    size_t nq = (size_t)q_len * c->heads * c->dqk, nk = (size_t)k_len * c->kv_heads * c->dqk;
+    double *qq = malloc((nq + 1) * sizeof *qq), *kq = malloc((nk + 1) * sizeof *kq);
+    int rc = -1;
+    if (!qq || !kq) goto done;
+    prefill_quantize_qk(c, q, q_len, k, k_len, qq, kq);
+    for (int i = 0; i < q_len; i++)
+        for (int h = 0; h < c->heads; h++) {
+            int hk = h / (c->heads / c->kv_heads);
+            const double *qrow = qq + ((size_t)i * c->heads + h) * c->dqk;
+            for (int j = 0; j < k_len; j++) {
+                const double *krow = kq + ((size_t)j * c->kv_heads + hk) * c->dqk;
+                size_t at = ((size_t)i * c->heads + h) * k_len + j;
+                double a = 0;
+                for (int f = 0; f < c->dqk; f++) a += fabs(qrow[f] * krow[f]);
+                s[at] = prefill_score(c, qrow, kq, hk, i, j, q_len, k_len);
+                mag[at] = s[at] == -INFINITY ? 0 : a * c->qk_scale;
+            }
+        }
+    rc = 0;
+done:
+    free(qq), free(kq);
     return rc;
 }
 

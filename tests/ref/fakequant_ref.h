@@ -76,6 +76,14 @@ void mlr_fq_apply_nm(double *s, const int *dense, int n, int keep_n, int m);
 int mlr_fq_prefill_seq(const mlr_fq_prefill_cfg *cfg, const double *q, int q_len, const double *k,
                        const double *v, int k_len, double *out, double *lse, long lse_stride);
 
+/* The scores that N:M ranks (§3 steps 1-2) for one sequence, the layouts of
+ * mlr_fq_prefill_seq: s[((long)i * heads + h) * k_len + j] = qk_scale (Qq_i . Kq_j) (log2
+ * domain, quantized q and k), -inf where key j is hidden from query i; mag[same index] = qk_scale
+ * sum_f |Qq_i,f Kq_j,f| (what bounds the rounding error of that dot product; 0 where hidden).
+ * 0 on success, -1 when out of memory. */
+int mlr_fq_prefill_scores(const mlr_fq_prefill_cfg *cfg, const double *q, int q_len,
+                          const double *k, int k_len, double *s, double *mag);
+
 /* Plain masked softmax attention of one sequence (no quantization, no sparsity, one softmax over
  * every visible key), the same layouts: the reference of the no-quant prefill. */
 int mlr_fq_prefill_dense(const mlr_fq_prefill_cfg *cfg, const double *q, int q_len,

@@ -84,6 +84,63 @@ int mlt_pf_oracle(const mlt_pf_case *c, const mlt_pf_run *r, int dense, double *
     return 0;
 }
 
+/* fp32 vs float64 scores. The device's score of a key is the fp32 dot product of the quantized q
+ * and k rows (the same values as the oracle's) times the fp32 qk_scale: d products and sums in any
+ * order and the scaling, each rounded to nearest or toward zero (u <= 2^-23), so
+ *   |s32 - s64| <= gamma_(d+1) qk_scale sum_f |q_f k_f| < eps_j = (d + 2) 2^-23 mag_j
+ * with mag from mlr_fq_prefill_scores (the float64 oracle's own error is ~2^-30 of that). Two keys
+ * of a group can change order only if their float64 scores are within 2 eps, eps the largest
+ * eps_j of the group. With x_N >= x_N1 the N-th and (N+1)-th largest float64 scores, a key above
+ * x_N1 + 2 eps is kept by both and one below x_N - 2 eps dropped by both, for M = 4 (top N by
+ * value, then index) and for M = 8 (s >= the N-th largest) alike; so a group with
+ * x_N - x_N1 > 2 eps selects the same keys on both, and in the others the keys in
+ * [x_N - 2 eps, x_N1 + 2 eps] are unsure. (Measured with the device's fmaf order on the
+ * nm_exemptions_exact data: the actual difference stays >= 60 times below eps.) */
+static void nm_row(const mlt_pf_case *c, const double *s, const double *mag, int k_len,
+                   unsigned char *unsure, long *groups, long *ambiguous) {
+    int m = c->sparsity_m, n = c->sparsity_n;
+    for (int g = 0; g < k_len; g += m) {
+        double x[8], eps = 0;
+        for (int e = 0; e < m; e++) {
+            x[e] = g + e < k_len ? s[g + e] : -INFINITY;
+            if (g + e < k_len) eps = fmax(eps, (c->dqk + 2) * ldexp(mag[g + e], -23));
+        }
+        for (int a = 1; a < m; a++)         /* descending */
+            for (int b = a; b > 0 && x[b] > x[b - 1]; b--) {
+                double t = x[b];
+                x[b] = x[b - 1], x[b - 1] = t;
+            }
+        if (x[n] == -INFINITY) continue;   /* nothing visible is dropped */
+        ++*groups;
+        if (x[n - 1] - x[n] > 2 * eps) continue;
+        ++*ambiguous;
+        for (int e = 0; e < m && g + e < k_len; e++)
+            if (s[g + e] >= x[n - 1] - 2 * eps && s[g + e] <= x[n] + 2 * eps) unsure[g + e] = 1;
+    }
+}
+
+int mlt_pf_nm_unsure(const mlt_pf_case *c, const mlt_pf_run *r, int kstride, unsigned char *unsure,
+                     long *groups, long *ambiguous) {
+    mlr_fq_prefill_cfg cfg;
+    mlt_pf_cfg(c, &cfg);
+    *groups = *ambiguous = 0;
+    if (!c->sparsity_n) return 0;
+    for (int b = 0; b < c->nseq; b++) {
+        int ql = c->q_lens[b], kl = c->k_lens[b];
+        size_t ns = (size_t)ql * c->heads * kl;
+        double *s = malloc((ns + 1) * sizeof *s), *mag = malloc((ns + 1) * sizeof *mag);
+        int rc = kl > kstride || !s || !mag ||
+                 mlr_fq_prefill_scores(&cfg, r->q + (size_t)r->cu_q[b] * c->heads * c->dqk, ql,
+                                       r->k + (size_t)r->cu_k[b] * c->kv_heads * c->dqk, kl, s, mag);
+        for (size_t row = 0; !rc && row < (size_t)ql * c->heads; row++)
+            nm_row(c, s + row * kl, mag + row * kl, kl,
+                   unsure + ((size_t)r->cu_q[b] * c->heads + row) * kstride, groups, ambiguous);
+        free(s), free(mag);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
 /* Device buffers of one call. */
 typedef struct pdev {
     CUdeviceptr q, k, v, cq, ck, out, lse;

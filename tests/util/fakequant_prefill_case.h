@@ -53,6 +53,16 @@ int mlt_pf_device(mla_runtime *rt, const mlt_pf_case *c, mlt_pf_run *r, char *ms
 void mlt_pf_cfg(const mlt_pf_case *c, mlr_fq_prefill_cfg *cfg);
 /* The oracle (dense: the plain reference instead) of every sequence, in the device's layouts. */
 int mlt_pf_oracle(const mlt_pf_case *c, const mlt_pf_run *r, int dense, double *out, double *lse);
+/* The N:M choices that fp32 scores may legitimately make differently from the oracle's float64
+ * ones (the bound is in the .c). unsure[(t * heads + h) * kstride + j] (kstride >= every k_len)
+ * is set to 1 for key j (sequence-relative) of packed query token t, head h, when the gap between
+ * the N-th and (N+1)-th largest score of its group is within the bound and the key's score lies
+ * between them up to the bound; other entries are left alone. *groups counts the groups (over all
+ * rows) whose top N leaves out a visible key (dense or not), *ambiguous those of them with such a
+ * gap. 0 on success (also without sparsity: no groups), -1 when out of memory or a k_len exceeds
+ * kstride. */
+int mlt_pf_nm_unsure(const mlt_pf_case *c, const mlt_pf_run *r, int kstride, unsigned char *unsure,
+                     long *groups, long *ambiguous);
 void mlt_pf_free(mlt_pf_run *r);
 
 #endif
