@@ -90,6 +90,15 @@ static const bench_case cases[] = {
     {"flashmla-sparse-prefill-h16",
      "FlashMLA sparse prefill s_q 4096, h_q 16, topk 2048, s_kv 32k, d 576",
      bench_flashmla_sparse_prefill_h16},
+    {"fakequant-decode-4k",
+     "fake-quant decode b 128, h 128, L 4096, page 64, bf16, 9 K/V/P modes (FlashMLA: 230 us)",
+     bench_fakequant_decode_4k},
+    {"fakequant-decode-16k",
+     "fake-quant decode b 128, h 128, L 16384, page 64, bf16, 9 K/V/P modes (FlashMLA: 870 us)",
+     bench_fakequant_decode_16k},
+    {"fakequant-prefill-8k",
+     "fake-quant prefill S 8192 causal, h 128, d 192/128, bf16: none, fp8, nvfp4, 2:4",
+     bench_fakequant_prefill_8k},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 

@@ -10,7 +10,7 @@
 #define CEIL_BF16_TFLOPS 672.0
 #define CEIL_FP8_TFLOPS 1250.0
 
-#define MAX_ROWS 64
+#define MAX_ROWS 96
 
 typedef enum precision { PREC_NONE = 0, PREC_BF16, PREC_FP8 } precision;
 
@@ -90,5 +90,12 @@ int bench_flashmla_sparse_decode_h16(bench_ctx *ctx);
 int bench_flashmla_sparse_prefill_h128(bench_ctx *ctx);
 int bench_flashmla_sparse_prefill_h64(bench_ctx *ctx);
 int bench_flashmla_sparse_prefill_h16(bench_ctx *ctx);
+
+/* The fake-quant cases (bench_fakequant.c): decode b 128, h 128, page 64, L 4096 / 16384 in
+ * every K/V/P quant mode; prefill of one causal 8192-token sequence, h 128, dims 192/128, in
+ * modes none / all fp8 / all nvfp4 and with 2:4 sparsity. */
+int bench_fakequant_decode_4k(bench_ctx *ctx);
+int bench_fakequant_decode_16k(bench_ctx *ctx);
+int bench_fakequant_prefill_8k(bench_ctx *ctx);
 
 #endif /* MLAJIT_TOOLS_BENCH_H */

@@ -1,0 +1,412 @@
+/* mlajit bench: the fake-quant cases (include/mlajit/fakequant.h, docs/FAKEQUANT.md), the issue's
+ * performance table:
+ *   decode:  b 128, h 128, latent rows of 576 (rank 512), page 64, fixed lengths L 4096 / 16384,
+ *            bf16 q and cache; modes none, K / V / P alone in fp8 and in nvfp4, all fp8, all
+ *            nvfp4. Targets: no quant within 1.3x of FlashMLA's dense decode on this H200
+ *            (230 / 870 us), each mode within 1.5x of no quant at the same length.
+ *   prefill: one causal sequence of 8192, h 128 (h_kv 128), qk 192, v 128, bf16; modes none,
+ *            all fp8 (Q, K, P, V), all nvfp4, and 2:4 score sparsity without quant.
+ * num_kv_splits is the API's default, 32 (the seed keeps it fixed for reproducibility; it is part
+ * of the P-quant numerics, so a caller who keeps the default gets these times). K and V amaxes
+ * are 4.0 (the inputs are N(0,1)), P's the default 1.0; prefill Q/K/V amaxes 4.0.
+ *
+ * Inputs: bf16 N(0,1) values (a pool of FQ_POOL random values tiled over each buffer, so rows
+ * differ), pages in a random order. CUDA events around each call after the warm-up (the first
+ * call compiles), median. Formulas:
+ *   decode bytes  = b * L * 576 * 2 + b * h * 576 * 2 + b * h * 512 * 2   (cache rows, q, out)
+ *   decode FLOP   = 2 * b * h * L * (576 + 512)
+ *   prefill FLOP  = 2 * h * (S * (S + 1) / 2) * (192 + 128)             (causal; 2:4 counted dense)
+ * The prefill kernel is plain fp32 FMA: when the first timed call takes over a second, only 3
+ * calls are timed (unless --iters says otherwise). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mlajit/fakequant.h"
+#include "tools/bench.h"
+
+#define FQ_B 128
+#define FQ_H 128
+#define FQ_ROW 576
+#define FQ_RANK 512
+#define FQ_PAGE 64
+#define FQ_SPLITS 32
+#define FQ_AMAX 4.0f
+#define FQ_PF_S 8192
+#define FQ_PF_DQK 192
+#define FQ_PF_DV 128
+#define FQ_POOL ((size_t)(1u << 22) + 1) /* random bf16 values uploaded, then tiled */
+#define FQ_SLOW_S 1.0                    /* a prefill call slower than this: 3 timed calls */
+
+typedef mla_status (*fq_call)(mla_runtime *rt, const void *args, CUstream stream);
+
+/* ---- random inputs --------------------------------------------------------------------------- */
+
+static uint64_t fq_rng(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* A bf16 N(0,1) value (Box-Muller, rounded to nearest even). */
+static uint16_t fq_normal_bf16(uint64_t *s) {
+    double u = (double)(fq_rng(s) >> 11) * 0x1p-53, v = (double)(fq_rng(s) >> 11) * 0x1p-53;
+    float f = (float)(sqrt(-2.0 * log(1.0 - u)) * cos(6.283185307179586 * v));
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    return (uint16_t)((x + 0x7FFF + ((x >> 16) & 1)) >> 16);
+}
+
+/* Fills n bf16 values at dst: one pool of random values, uploaded again and again. */
+static int fq_fill_normal(mla_runtime *rt, CUdeviceptr dst, size_t n, uint64_t seed) {
+    size_t pool = n < FQ_POOL ? n : FQ_POOL;
+    uint16_t *h = malloc(pool * 2);
+    int rc = CLI_FAIL;
+    if (!h) {
+        cli_fail("bench", "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < pool; i++) h[i] = fq_normal_bf16(&seed);
+    for (size_t at = 0; at < n; at += pool) {
+        size_t m = n - at < pool ? n - at : pool;
+        BENCH_CU(rt, cuMemcpyHtoD(dst + at * 2, h, m * 2));
+    }
+    rc = CLI_OK;
+done:
+    free(h);
+    return rc;
+}
+
+/* Uploads a random permutation of the n_pages physical pages as the [b, n_pages / b] table. */
+static int fq_block_table(mla_runtime *rt, CUdeviceptr dst, int n_pages) {
+    int32_t *bt = malloc((size_t)n_pages * sizeof *bt);
+    uint64_t s = 0x9E3779B97F4A7C15ull;
+    int rc = CLI_FAIL;
+    if (!bt) {
+        cli_fail("bench", "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < n_pages; i++) bt[i] = i;
+    for (int i = n_pages - 1; i > 0; i--) {
+        int j = (int)(fq_rng(&s) % (uint64_t)(i + 1)), t = bt[i];
+        bt[i] = bt[j], bt[j] = t;
+    }
+    BENCH_CU(rt, cuMemcpyHtoD(dst, bt, (size_t)n_pages * 4));
+    rc = CLI_OK;
+done:
+    free(bt);
+    return rc;
+}
+
+static void fq_tensor(DLTensor *t, CUdeviceptr p, int device, int ndim, int64_t *shape,
+                      DLDataType dt) {
+    memset(t, 0, sizeof *t);
+    t->data = (void *)(uintptr_t)p;
+    t->device = (DLDevice){kDLCUDA, device};
+    t->ndim = ndim, t->dtype = dt, t->shape = shape;
+}
+
+static void fq_free(mla_runtime *rt, CUdeviceptr *p, int n) {
+    for (int i = 0; i < n; i++)
+        if (p[i]) rt->drv.cuMemFree(p[i]);
+}
+
+/* ---- timing ---------------------------------------------------------------------------------- */
+
+/* Median seconds of *iters timed calls after warmup untimed ones (the first compiles; the stream
+ * is synchronized before timing). slow_s > 0: when the first timed call takes longer, at most 3
+ * calls are timed; *iters says how many were. */
+static int fq_time(mla_runtime *rt, const char *name, fq_call call, const void *args,
+                   CUstream stream, int warmup, int *iters, double slow_s, double *sec) {
+    int n = *iters, n_ev = 0, rc = CLI_FAIL;
+    CUevent *ev = calloc(2 * (size_t)n, sizeof *ev);
+    double *t = malloc((size_t)n * sizeof *t);
+    float ms = 0;
+    if (!ev || !t) {
+        cli_fail("bench", "out of memory");
+        goto done;
+    }
+    for (; n_ev < 2 * n; n_ev++) BENCH_CU(rt, cuEventCreate(&ev[n_ev], CU_EVENT_DEFAULT));
+    for (int i = 0; i < warmup; i++)
+        if (call(rt, args, stream) != MLA_OK) goto call_failed;
+    BENCH_CU(rt, cuStreamSynchronize(stream));
+    for (int i = 0; i < n; i++) {
+        BENCH_CU(rt, cuEventRecord(ev[2 * i], stream));
+        if (call(rt, args, stream) != MLA_OK) goto call_failed;
+        BENCH_CU(rt, cuEventRecord(ev[2 * i + 1], stream));
+        if (i > 0 || slow_s <= 0) continue;
+        BENCH_CU(rt, cuEventSynchronize(ev[1]));
+        BENCH_CU(rt, cuEventElapsedTime(&ms, ev[0], ev[1]));
+        if (ms * 1e-3 > slow_s && n > 3) n = 3;
+    }
+    BENCH_CU(rt, cuStreamSynchronize(stream));
+    for (int i = 0; i < n; i++) {
+        BENCH_CU(rt, cuEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
+        t[i] = ms * 1e-3;
+    }
+    *sec = cli_median(t, n), *iters = n;
+    rc = CLI_OK;
+    goto done;
+call_failed:
+    bench_case_fail(name, "call");
+done:
+    for (int i = 0; i < n_ev; i++) rt->drv.cuEventDestroy(ev[i]);
+    free(ev), free(t);
+    return rc;
+}
+
+/* ---- decode ---------------------------------------------------------------------------------- */
+
+typedef struct fq_decode_shape {
+    const char *name; /* row name prefix */
+    int len;          /* every request's length */
+    double flashmla_us;
+} fq_decode_shape;
+
+typedef struct fq_mode {
+    const char *name;
+    int k, v, p; /* decode: K, V, P; prefill: k = Q, K, P and V, p = sparsity N of N:4 */
+} fq_mode;
+
+static const fq_mode fq_decode_modes[] = {
+    {"none", 0, 0, 0},      {"k-fp8", 1, 0, 0},   {"v-fp8", 0, 1, 0},
+    {"p-fp8", 0, 0, 1},     {"k-nvfp4", 2, 0, 0}, {"v-nvfp4", 0, 2, 0},
+    {"p-nvfp4", 0, 0, 2},   {"fp8", 1, 1, 1},     {"nvfp4", 2, 2, 2},
+};
+
+enum { DQ, DCACHE, DBT, DLEN, DOUT, DLSE, DWS, N_DBUF };
+
+typedef struct fq_decode_bufs {
+    CUdeviceptr p[N_DBUF];
+    int64_t qs[3], cs[3], bts[2], lens[1], os[3], ls[2], wss[1];
+    DLTensor tq, tc, tbt, tlen, tout, tlse, tws;
+    mla_attention_decode_args args;
+} fq_decode_bufs;
+
+static mla_status fq_call_decode(mla_runtime *rt, const void *args, CUstream stream) {
+    return mla_attention_decode(rt, args, stream);
+}
+
+/* Tensors and the arguments (modes none) of the decode over the buffers. */
+static void fq_decode_views(mla_runtime *rt, int len, fq_decode_bufs *f) {
+    int dev = rt->options.device, pages = len / FQ_PAGE;
+    DLDataType bf16 = {kDLBfloat, 16, 1}, i32 = {kDLInt, 32, 1};
+    f->qs[0] = FQ_B, f->qs[1] = FQ_H, f->qs[2] = FQ_ROW;
+    f->cs[0] = (int64_t)FQ_B * pages, f->cs[1] = FQ_PAGE, f->cs[2] = FQ_ROW;
+    f->bts[0] = FQ_B, f->bts[1] = pages, f->lens[0] = FQ_B;
+    f->os[0] = FQ_B, f->os[1] = FQ_H, f->os[2] = FQ_RANK, f->ls[0] = FQ_B, f->ls[1] = FQ_H;
+    fq_tensor(&f->tq, f->p[DQ], dev, 3, f->qs, bf16);
+    fq_tensor(&f->tc, f->p[DCACHE], dev, 3, f->cs, bf16);
+    fq_tensor(&f->tbt, f->p[DBT], dev, 2, f->bts, i32);
+    fq_tensor(&f->tlen, f->p[DLEN], dev, 1, f->lens, i32);
+    fq_tensor(&f->tout, f->p[DOUT], dev, 3, f->os, bf16);
+    fq_tensor(&f->tlse, f->p[DLSE], dev, 2, f->ls, (DLDataType){kDLFloat, 32, 1});
+    mla_attention_decode_args *a = &f->args;
+    mla_attention_decode_args_init(a);
+    a->q = &f->tq, a->latent_cache = &f->tc, a->block_table = &f->tbt, a->b_seq_len = &f->tlen;
+    a->softmax_scale = (float)(1.0 / sqrt((double)FQ_ROW));
+    a->page_size = FQ_PAGE, a->num_kv_splits = FQ_SPLITS;
+    a->out = &f->tout, a->lse = &f->tlse;
+}
+
+/* Allocates and fills the inputs of one length; the workspace from mla_attention_decode_shape. */
+static int fq_decode_setup(bench_ctx *ctx, const fq_decode_shape *sh, fq_decode_bufs *f) {
+    mla_runtime *rt = ctx->rt;
+    int pages = sh->len / FQ_PAGE;
+    size_t n_q = (size_t)FQ_B * FQ_H * FQ_ROW, n_c = (size_t)FQ_B * pages * FQ_PAGE * FQ_ROW;
+    int32_t lens[FQ_B];
+    mla_attention_decode_sizes sz;
+    if (mla__runtime_enter(rt) != MLA_OK) return cli_fail("bench", "%s", mla_last_error());
+    for (int i = 0; i < FQ_B; i++) lens[i] = sh->len;
+    BENCH_CU(rt, cuMemAlloc(&f->p[DQ], n_q * 2));
+    BENCH_CU(rt, cuMemAlloc(&f->p[DCACHE], n_c * 2));
+    BENCH_CU(rt, cuMemAlloc(&f->p[DBT], (size_t)FQ_B * pages * 4));
+    BENCH_CU(rt, cuMemAlloc(&f->p[DLEN], sizeof lens));
+    BENCH_CU(rt, cuMemAlloc(&f->p[DOUT], (size_t)FQ_B * FQ_H * FQ_RANK * 2));
+    BENCH_CU(rt, cuMemAlloc(&f->p[DLSE], (size_t)FQ_B * FQ_H * 4));
+    BENCH_CU(rt, cuMemcpyHtoD(f->p[DLEN], lens, sizeof lens));
+    if (fq_fill_normal(rt, f->p[DQ], n_q, 0x243F6A8885A308D3ull) != CLI_OK ||
+        fq_fill_normal(rt, f->p[DCACHE], n_c, 0x13198A2E03707344ull) != CLI_OK ||
+        fq_block_table(rt, f->p[DBT], FQ_B * pages) != CLI_OK)
+        return CLI_FAIL;
+    fq_decode_views(rt, sh->len, f);
+    if (mla_attention_decode_shape(&f->args, &sz) != MLA_OK)
+        return bench_case_fail(sh->name, "mla_attention_decode_shape");
+    f->wss[0] = (int64_t)sz.workspace_bytes;
+    BENCH_CU(rt, cuMemAlloc(&f->p[DWS], sz.workspace_bytes));
+    fq_tensor(&f->tws, f->p[DWS], rt->options.device, 1, f->wss, (DLDataType){kDLUInt, 8, 1});
+    f->args.workspace = &f->tws;
+    return CLI_OK;
+done:
+    return CLI_FAIL;
+}
+
+static void fq_decode_row(bench_ctx *ctx, const fq_decode_shape *sh, const fq_mode *m,
+                          double sec, double none_sec, int iters) {
+    char name[32];
+    double rows = (double)FQ_B * FQ_H, keys = (double)FQ_B * sh->len;
+    snprintf(name, sizeof name, "%s-%s", sh->name, m->name);
+    bench_row *r = bench_add_row(ctx, name, sec * 1e6);
+    r->gbps = (keys * FQ_ROW * 2 + rows * FQ_ROW * 2 + rows * FQ_RANK * 2) / sec * 1e-9;
+    r->tflops = 2.0 * rows * sh->len * (FQ_ROW + FQ_RANK) / sec * 1e-12;
+    r->prec = PREC_BF16;
+    snprintf(r->note, sizeof r->note, "b %d h %d L %d page %d splits %d, median of %d; "
+             "none x%.2f (<= 1.5); FlashMLA %.0f us x%.2f (none <= 1.3)", FQ_B, FQ_H, sh->len,
+             FQ_PAGE, FQ_SPLITS, iters, sec / none_sec, sh->flashmla_us,
+             sec * 1e6 / sh->flashmla_us);
+}
+
+/* One length: inputs once, then every mode (none first: the others' ratio is to it). */
+static int fq_decode_run(bench_ctx *ctx, const fq_decode_shape *sh) {
+    mla_runtime *rt = ctx->rt;
+    fq_decode_bufs *f = calloc(1, sizeof *f);
+    CUstream stream = NULL;
+    int rc = CLI_FAIL;
+    double none_sec = 0;
+    if (!f) return cli_fail("bench", "out of memory");
+    if (fq_decode_setup(ctx, sh, f) != CLI_OK) goto done;
+    BENCH_CU(rt, cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    for (size_t i = 0; i < sizeof fq_decode_modes / sizeof fq_decode_modes[0]; i++) {
+        const fq_mode *m = &fq_decode_modes[i];
+        mla_attention_decode_args *a = &f->args;
+        int iters = ctx->iters ? ctx->iters : 20;
+        double sec = 0;
+        a->k_qdq = m->k, a->v_qdq = m->v, a->p_qdq = m->p;
+        a->k_qdq_amax = m->k ? FQ_AMAX : NAN, a->v_qdq_amax = m->v ? FQ_AMAX : NAN;
+        if (fq_time(rt, sh->name, fq_call_decode, a, stream, 3, &iters, 0, &sec) != CLI_OK)
+            goto done;
+        if (i == 0) none_sec = sec;
+        fq_decode_row(ctx, sh, m, sec, none_sec, iters);
+    }
+    rc = CLI_OK;
+done:
+    if (stream) {
+        rt->drv.cuStreamSynchronize(stream);
+        rt->drv.cuStreamDestroy(stream);
+    }
+    if (f) fq_free(rt, f->p, N_DBUF);
+    free(f);
+    return rc;
+}
+
+int bench_fakequant_decode_4k(bench_ctx *ctx) {
+    static const fq_decode_shape sh = {"fq-dec-4k", 4096, 230.0};
+    return fq_decode_run(ctx, &sh);
+}
+
+int bench_fakequant_decode_16k(bench_ctx *ctx) {
+    static const fq_decode_shape sh = {"fq-dec-16k", 16384, 870.0};
+    return fq_decode_run(ctx, &sh);
+}
+
+/* ---- prefill --------------------------------------------------------------------------------- */
+
+static const fq_mode fq_prefill_modes[] = {
+    {"none", 0, 0, 0}, {"fp8", 1, 0, 0}, {"nvfp4", 2, 0, 0}, {"2of4", 0, 0, 2},
+};
+
+enum { PQ, PK, PV, PCU, POUT, N_PBUF };
+
+typedef struct fq_prefill_bufs {
+    CUdeviceptr p[N_PBUF];
+    int64_t qs[3], ks[3], vs[3], cus[1];
+    DLTensor tq, tk, tv, tcu, tout;
+    mla_prefill_attention_sizes sz;
+    mla_prefill_attention_args args;
+} fq_prefill_bufs;
+
+static mla_status fq_call_prefill(mla_runtime *rt, const void *args, CUstream stream) {
+    return mla_prefill_attention(rt, args, stream);
+}
+
+static void fq_prefill_views(mla_runtime *rt, fq_prefill_bufs *f) {
+    int dev = rt->options.device;
+    DLDataType bf16 = {kDLBfloat, 16, 1};
+    f->qs[0] = f->ks[0] = f->vs[0] = FQ_PF_S, f->qs[1] = f->ks[1] = f->vs[1] = FQ_H;
+    f->qs[2] = f->ks[2] = FQ_PF_DQK, f->vs[2] = FQ_PF_DV, f->cus[0] = 2;
+    fq_tensor(&f->tq, f->p[PQ], dev, 3, f->qs, bf16);
+    fq_tensor(&f->tk, f->p[PK], dev, 3, f->ks, bf16);
+    fq_tensor(&f->tv, f->p[PV], dev, 3, f->vs, bf16);
+    fq_tensor(&f->tcu, f->p[PCU], dev, 1, f->cus, (DLDataType){kDLInt, 32, 1});
+    mla_prefill_attention_args *a = &f->args;
+    mla_prefill_attention_args_init(a);
+    a->q = &f->tq, a->k = &f->tk, a->v = &f->tv;
+    a->cu_seqlens_q = a->cu_seqlens_k = &f->tcu;
+    a->max_seqlen_q = FQ_PF_S, a->causal = 1, a->return_lse = 0;
+}
+
+static int fq_prefill_setup(bench_ctx *ctx, fq_prefill_bufs *f) {
+    mla_runtime *rt = ctx->rt;
+    size_t n_qk = (size_t)FQ_PF_S * FQ_H * FQ_PF_DQK, n_v = (size_t)FQ_PF_S * FQ_H * FQ_PF_DV;
+    int32_t cu[2] = {0, FQ_PF_S};
+    if (mla__runtime_enter(rt) != MLA_OK) return cli_fail("bench", "%s", mla_last_error());
+    BENCH_CU(rt, cuMemAlloc(&f->p[PQ], n_qk * 2));
+    BENCH_CU(rt, cuMemAlloc(&f->p[PK], n_qk * 2));
+    BENCH_CU(rt, cuMemAlloc(&f->p[PV], n_v * 2));
+    BENCH_CU(rt, cuMemAlloc(&f->p[PCU], sizeof cu));
+    BENCH_CU(rt, cuMemcpyHtoD(f->p[PCU], cu, sizeof cu));
+    if (fq_fill_normal(rt, f->p[PQ], n_qk, 0xA4093822299F31D0ull) != CLI_OK ||
+        fq_fill_normal(rt, f->p[PK], n_qk, 0x082EFA98EC4E6C89ull) != CLI_OK ||
+        fq_fill_normal(rt, f->p[PV], n_v, 0x452821E638D01377ull) != CLI_OK)
+        return CLI_FAIL;
+    fq_prefill_views(rt, f);
+    if (mla_prefill_attention_shape(&f->args, &f->sz) != MLA_OK)
+        return bench_case_fail("fq-pre", "mla_prefill_attention_shape");
+    BENCH_CU(rt, cuMemAlloc(&f->p[POUT], (size_t)(f->sz.out[0] * f->sz.out[1] * f->sz.out[2]) * 2));
+    fq_tensor(&f->tout, f->p[POUT], rt->options.device, 3, f->sz.out, f->tq.dtype);
+    f->args.out = &f->tout;
+    return CLI_OK;
+done:
+    return CLI_FAIL;
+}
+
+static void fq_prefill_row(bench_ctx *ctx, const fq_mode *m, double sec, double none_sec,
+                           int iters) {
+    char name[32];
+    double pairs = (double)FQ_PF_S * (FQ_PF_S + 1) / 2;
+    snprintf(name, sizeof name, "fq-pre-8k-%s", m->name);
+    bench_row *r = bench_add_row(ctx, name, sec * 1e6);
+    r->tflops = 2.0 * FQ_H * pairs * (FQ_PF_DQK + FQ_PF_DV) / sec * 1e-12;
+    r->prec = PREC_BF16;
+    snprintf(r->note, sizeof r->note, "S %d h %d/%d d %d/%d causal block_n 64%s, median of %d; "
+             "none x%.2f", FQ_PF_S, FQ_H, FQ_H, FQ_PF_DQK, FQ_PF_DV,
+             m->p ? ", 2:4 (FLOP counted dense)" : m->k ? ", Q/K/P/V quant" : "", iters,
+             sec / none_sec);
+}
+
+int bench_fakequant_prefill_8k(bench_ctx *ctx) {
+    mla_runtime *rt = ctx->rt;
+    fq_prefill_bufs *f = calloc(1, sizeof *f);
+    CUstream stream = NULL;
+    int rc = CLI_FAIL;
+    double none_sec = 0;
+    if (!f) return cli_fail("bench", "out of memory");
+    if (fq_prefill_setup(ctx, f) != CLI_OK) goto done;
+    BENCH_CU(rt, cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    for (size_t i = 0; i < sizeof fq_prefill_modes / sizeof fq_prefill_modes[0]; i++) {
+        const fq_mode *m = &fq_prefill_modes[i];
+        mla_prefill_attention_args *a = &f->args;
+        int iters = ctx->iters ? ctx->iters : 5;
+        double sec = 0;
+        float amax = m->k ? FQ_AMAX : NAN;
+        a->q_quant = a->k_quant = a->p_quant = a->v_quant = m->k;
+        a->q_amax = a->k_amax = a->v_amax = amax;
+        a->sparsity_n = m->p, a->sparsity_m = 4;
+        if (fq_time(rt, "fq-pre-8k", fq_call_prefill, a, stream, 1, &iters,
+                    ctx->iters ? 0 : FQ_SLOW_S, &sec) != CLI_OK)
+            goto done;
+        if (i == 0) none_sec = sec;
+        fq_prefill_row(ctx, m, sec, none_sec, iters);
+    }
+    rc = CLI_OK;
+done:
+    if (stream) {
+        rt->drv.cuStreamSynchronize(stream);
+        rt->drv.cuStreamDestroy(stream);
+    }
+    if (f) fq_free(rt, f->p, N_PBUF);
+    free(f);
+    return rc;
+}
