@@ -4,6 +4,8 @@
 #include <cjson/cJSON.h>
 #include <getopt.h>
 #include <limits.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +35,33 @@ bench_row *bench_add_row(bench_ctx *ctx, const char *name, double us) {
     r->us = us;
     r->gbps = r->tflops = -1.0;
     return r;
+}
+
+void bench_tensor(DLTensor *t, CUdeviceptr p, int device, int ndim, int64_t *shape, DLDataType dt) {
+    memset(t, 0, sizeof *t);
+    t->data = (void *)(uintptr_t)p;
+    t->device = (DLDevice){kDLCUDA, device};
+    t->ndim = ndim, t->dtype = dt, t->shape = shape;
+}
+
+uint64_t bench_rng(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+double bench_uniform(uint64_t *s) { return (double)(bench_rng(s) >> 11) * 0x1p-53; }
+
+double bench_gauss(uint64_t *s) {
+    double u = bench_uniform(s), v = bench_uniform(s);
+    return sqrt(-2.0 * log(1.0 - u)) * cos(6.283185307179586 * v);
+}
+
+uint16_t bench_bf16_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7FFF + ((u >> 16) & 1)) >> 16); /* round to nearest even */
 }
 
 int bench_case_fail(const char *name, const char *what) {

@@ -40,6 +40,15 @@ typedef struct bench_case {
 
 /* Appends a row (the last row is reused when the table is full). */
 bench_row *bench_add_row(bench_ctx *ctx, const char *name, double us);
+/* A DLTensor over device memory p (compact: strides NULL). shape must outlive t. */
+void bench_tensor(DLTensor *t, CUdeviceptr p, int device, int ndim, int64_t *shape, DLDataType dt);
+/* xorshift64 step (s != 0); uniform in [0, 1); standard normal (Box-Muller). */
+uint64_t bench_rng(uint64_t *s);
+double bench_uniform(uint64_t *s);
+double bench_gauss(uint64_t *s);
+/* float -> bfloat16 bits, round to nearest even. */
+uint16_t bench_bf16_bits(float f);
+
 /* Prints "<case>: <what>: <last error>"; returns CLI_FAIL. */
 int bench_case_fail(const char *name, const char *what);
 

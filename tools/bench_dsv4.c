@@ -62,30 +62,13 @@ typedef struct layer {
 
 /* ---- random host values --------------------------------------------------------------------- */
 
-static uint64_t rng_next(uint64_t *s) {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
 
-static double rng_uniform(uint64_t *s) { return (double)(rng_next(s) >> 11) * 0x1p-53; }
 
-static double rng_gauss(uint64_t *s) {
-    double u = rng_uniform(s), v = rng_uniform(s);
-    return sqrt(-2.0 * log(1.0 - u)) * cos(6.283185307179586 * v);
-}
-
-static uint16_t bf16_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (uint16_t)((u + 0x7FFF + ((u >> 16) & 1)) >> 16); /* round to nearest even */
-}
 
 /* Random e4m3 bytes, the NaN codes 0x7F / 0xFF replaced by +-448. */
 static void fill_e4m3(uint64_t *s, uint8_t *p, size_t n) {
     for (size_t i = 0; i < n; i += 8) {
-        uint64_t u = rng_next(s);
+        uint64_t u = bench_rng(s);
         for (size_t j = 0; j < 8 && i + j < n; j++, u >>= 8)
             p[i + j] = (u & 0x7F) == 0x7F ? (uint8_t)(u & 0xFE) : (uint8_t)u;
     }
@@ -93,7 +76,7 @@ static void fill_e4m3(uint64_t *s, uint8_t *p, size_t n) {
 
 /* ue8m0 bytes of 2^lo .. 2^hi. */
 static void fill_ue8m0(uint64_t *s, uint8_t *p, size_t n, int lo, int hi) {
-    for (size_t i = 0; i < n; i++) p[i] = (uint8_t)(127 + lo + (int)(rng_next(s) % (hi - lo + 1)));
+    for (size_t i = 0; i < n; i++) p[i] = (uint8_t)(127 + lo + (int)(bench_rng(s) % (hi - lo + 1)));
 }
 
 static uint8_t *rand_e4m3(uint64_t *s, size_t n) {
@@ -110,13 +93,13 @@ static uint8_t *rand_ue8m0(uint64_t *s, size_t n, int lo, int hi) {
 
 static uint16_t *rand_bf16(uint64_t *s, size_t n, double mean, double sigma) {
     uint16_t *p = malloc(n * 2);
-    for (size_t i = 0; p && i < n; i++) p[i] = bf16_bits((float)(mean + sigma * rng_gauss(s)));
+    for (size_t i = 0; p && i < n; i++) p[i] = bench_bf16_bits((float)(mean + sigma * bench_gauss(s)));
     return p;
 }
 
 static float *rand_f32(uint64_t *s, size_t n, double lo, double hi) {
     float *p = malloc(n * 4);
-    for (size_t i = 0; p && i < n; i++) p[i] = (float)(lo + (hi - lo) * rng_uniform(s));
+    for (size_t i = 0; p && i < n; i++) p[i] = (float)(lo + (hi - lo) * bench_uniform(s));
     return p;
 }
 
@@ -130,7 +113,7 @@ static uint8_t *kv_pages(uint64_t *s, int64_t pages, int64_t B, int64_t page_byt
             uint8_t *row = page + r * 576, *slot = page + B * 576 + r * 8;
             fill_e4m3(s, row, 448);
             for (int i = 0; i < 64; i++) {
-                uint64_t u = rng_next(s);
+                uint64_t u = bench_rng(s);
                 uint16_t v = (uint16_t)((u & 0x8000) | (124 + u % 6) << 7 | (u >> 8 & 0x7F));
                 memcpy(row + 448 + 2 * i, &v, 2);
             }
@@ -197,7 +180,7 @@ static int put_weight(mla_runtime *rt, uint64_t *s, dev_buf *w, dev_buf *sf, int
 static void shuffle(uint64_t *s, int32_t *p, int n) {
     for (int i = 0; i < n; i++) p[i] = i;
     for (int i = n - 1; i > 0; i--) {
-        int j = (int)(rng_next(s) % (uint64_t)(i + 1));
+        int j = (int)(bench_rng(s) % (uint64_t)(i + 1));
         int32_t v = p[i];
         p[i] = p[j], p[j] = v;
     }
@@ -219,7 +202,7 @@ static int put_structure(mla_runtime *rt, uint64_t *s, layer *L) {
     shuffle(s, kv_perm, 2 * T);
     shuffle(s, pool_perm, np * T);
     for (int t = 0; t < T; t++) {
-        int p = DSV4_P0 + (int)(rng_next(s) % 128), last = p / DSV4_PAGE;
+        int p = DSV4_P0 + (int)(bench_rng(s) % 128), last = p / DSV4_PAGE;
         for (int g = 0; g < DSV4_WIN; g++) { /* page kv_perm[2t] holds p's logical page */
             int q = p - DSV4_WIN + 1 + g, page = kv_perm[2 * t + (q / DSV4_PAGE != last)];
             idx[(size_t)t * DSV4_WIN + g] = page * DSV4_PAGE + q % DSV4_PAGE;

@@ -43,21 +43,9 @@ typedef mla_status (*fq_call)(mla_runtime *rt, const void *args, CUstream stream
 
 /* ---- random inputs --------------------------------------------------------------------------- */
 
-static uint64_t fq_rng(uint64_t *s) {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
 
 /* A bf16 N(0,1) value (Box-Muller, rounded to nearest even). */
-static uint16_t fq_normal_bf16(uint64_t *s) {
-    double u = (double)(fq_rng(s) >> 11) * 0x1p-53, v = (double)(fq_rng(s) >> 11) * 0x1p-53;
-    float f = (float)(sqrt(-2.0 * log(1.0 - u)) * cos(6.283185307179586 * v));
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    return (uint16_t)((x + 0x7FFF + ((x >> 16) & 1)) >> 16);
-}
+static uint16_t fq_normal_bf16(uint64_t *s) { return bench_bf16_bits((float)bench_gauss(s)); }
 
 /* Fills n bf16 values at dst: one pool of random values, uploaded again and again. */
 static int fq_fill_normal(mla_runtime *rt, CUdeviceptr dst, size_t n, uint64_t seed) {
@@ -90,7 +78,7 @@ static int fq_block_table(mla_runtime *rt, CUdeviceptr dst, int n_pages) {
     }
     for (int i = 0; i < n_pages; i++) bt[i] = i;
     for (int i = n_pages - 1; i > 0; i--) {
-        int j = (int)(fq_rng(&s) % (uint64_t)(i + 1)), t = bt[i];
+        int j = (int)(bench_rng(&s) % (uint64_t)(i + 1)), t = bt[i];
         bt[i] = bt[j], bt[j] = t;
     }
     BENCH_CU(rt, cuMemcpyHtoD(dst, bt, (size_t)n_pages * 4));
@@ -100,13 +88,6 @@ done:
     return rc;
 }
 
-static void fq_tensor(DLTensor *t, CUdeviceptr p, int device, int ndim, int64_t *shape,
-                      DLDataType dt) {
-    memset(t, 0, sizeof *t);
-    t->data = (void *)(uintptr_t)p;
-    t->device = (DLDevice){kDLCUDA, device};
-    t->ndim = ndim, t->dtype = dt, t->shape = shape;
-}
 
 static void fq_free(mla_runtime *rt, CUdeviceptr *p, int n) {
     for (int i = 0; i < n; i++)
@@ -197,12 +178,12 @@ static void fq_decode_views(mla_runtime *rt, int len, fq_decode_bufs *f) {
     f->cs[0] = (int64_t)FQ_B * pages, f->cs[1] = FQ_PAGE, f->cs[2] = FQ_ROW;
     f->bts[0] = FQ_B, f->bts[1] = pages, f->lens[0] = FQ_B;
     f->os[0] = FQ_B, f->os[1] = FQ_H, f->os[2] = FQ_RANK, f->ls[0] = FQ_B, f->ls[1] = FQ_H;
-    fq_tensor(&f->tq, f->p[DQ], dev, 3, f->qs, bf16);
-    fq_tensor(&f->tc, f->p[DCACHE], dev, 3, f->cs, bf16);
-    fq_tensor(&f->tbt, f->p[DBT], dev, 2, f->bts, i32);
-    fq_tensor(&f->tlen, f->p[DLEN], dev, 1, f->lens, i32);
-    fq_tensor(&f->tout, f->p[DOUT], dev, 3, f->os, bf16);
-    fq_tensor(&f->tlse, f->p[DLSE], dev, 2, f->ls, (DLDataType){kDLFloat, 32, 1});
+    bench_tensor(&f->tq, f->p[DQ], dev, 3, f->qs, bf16);
+    bench_tensor(&f->tc, f->p[DCACHE], dev, 3, f->cs, bf16);
+    bench_tensor(&f->tbt, f->p[DBT], dev, 2, f->bts, i32);
+    bench_tensor(&f->tlen, f->p[DLEN], dev, 1, f->lens, i32);
+    bench_tensor(&f->tout, f->p[DOUT], dev, 3, f->os, bf16);
+    bench_tensor(&f->tlse, f->p[DLSE], dev, 2, f->ls, (DLDataType){kDLFloat, 32, 1});
     mla_attention_decode_args *a = &f->args;
     mla_attention_decode_args_init(a);
     a->q = &f->tq, a->latent_cache = &f->tc, a->block_table = &f->tbt, a->b_seq_len = &f->tlen;
@@ -236,7 +217,7 @@ static int fq_decode_setup(bench_ctx *ctx, const fq_decode_shape *sh, fq_decode_
         return bench_case_fail(sh->name, "mla_attention_decode_shape");
     f->wss[0] = (int64_t)sz.workspace_bytes;
     BENCH_CU(rt, cuMemAlloc(&f->p[DWS], sz.workspace_bytes));
-    fq_tensor(&f->tws, f->p[DWS], rt->options.device, 1, f->wss, (DLDataType){kDLUInt, 8, 1});
+    bench_tensor(&f->tws, f->p[DWS], rt->options.device, 1, f->wss, (DLDataType){kDLUInt, 8, 1});
     f->args.workspace = &f->tws;
     return CLI_OK;
 done:
@@ -326,10 +307,10 @@ static void fq_prefill_views(mla_runtime *rt, fq_prefill_bufs *f) {
     DLDataType bf16 = {kDLBfloat, 16, 1};
     f->qs[0] = f->ks[0] = f->vs[0] = FQ_PF_S, f->qs[1] = f->ks[1] = f->vs[1] = FQ_H;
     f->qs[2] = f->ks[2] = FQ_PF_DQK, f->vs[2] = FQ_PF_DV, f->cus[0] = 2;
-    fq_tensor(&f->tq, f->p[PQ], dev, 3, f->qs, bf16);
-    fq_tensor(&f->tk, f->p[PK], dev, 3, f->ks, bf16);
-    fq_tensor(&f->tv, f->p[PV], dev, 3, f->vs, bf16);
-    fq_tensor(&f->tcu, f->p[PCU], dev, 1, f->cus, (DLDataType){kDLInt, 32, 1});
+    bench_tensor(&f->tq, f->p[PQ], dev, 3, f->qs, bf16);
+    bench_tensor(&f->tk, f->p[PK], dev, 3, f->ks, bf16);
+    bench_tensor(&f->tv, f->p[PV], dev, 3, f->vs, bf16);
+    bench_tensor(&f->tcu, f->p[PCU], dev, 1, f->cus, (DLDataType){kDLInt, 32, 1});
     mla_prefill_attention_args *a = &f->args;
     mla_prefill_attention_args_init(a);
     a->q = &f->tq, a->k = &f->tk, a->v = &f->tv;
@@ -355,7 +336,7 @@ static int fq_prefill_setup(bench_ctx *ctx, fq_prefill_bufs *f) {
     if (mla_prefill_attention_shape(&f->args, &f->sz) != MLA_OK)
         return bench_case_fail("fq-pre", "mla_prefill_attention_shape");
     BENCH_CU(rt, cuMemAlloc(&f->p[POUT], (size_t)(f->sz.out[0] * f->sz.out[1] * f->sz.out[2]) * 2));
-    fq_tensor(&f->tout, f->p[POUT], rt->options.device, 3, f->sz.out, f->tq.dtype);
+    bench_tensor(&f->tout, f->p[POUT], rt->options.device, 3, f->sz.out, f->tq.dtype);
     f->args.out = &f->tout;
     return CLI_OK;
 done:

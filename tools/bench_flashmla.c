@@ -38,13 +38,6 @@ typedef struct fm_bufs {
     mla_flash_with_kvcache_args args;
 } fm_bufs;
 
-static void fm_tensor(DLTensor *t, CUdeviceptr p, int device, int ndim, int64_t *shape,
-                      DLDataType dt) {
-    memset(t, 0, sizeof *t);
-    t->data = (void *)(uintptr_t)p;
-    t->device = (DLDevice){kDLCUDA, device};
-    t->ndim = ndim, t->dtype = dt, t->shape = shape;
-}
 
 /* Random permutation of the b * pages physical pages, as FlashMLA's benchmark lays them. */
 static int32_t *fm_block_table(int b, int pages) {
@@ -101,7 +94,7 @@ static int fm_setup(bench_ctx *ctx, const fm_shape *sh, fm_bufs *f) {
     f->meta.num_q_tokens_per_head_k = sh->s_q * sh->h_q, f->meta.num_heads_k = 1;
     f->meta.is_fp8_kvcache = sh->kv == MLA__FLASHMLA_KV_FP8;
     BENCH_CU(rt, cuMemAlloc(&f->seq, (size_t)sh->b * 4)); /* the shape query checks it */
-    fm_tensor(&f->tseq, f->seq, dev, 1, f->vec, (DLDataType){kDLInt, 32, 1});
+    bench_tensor(&f->tseq, f->seq, dev, 1, f->vec, (DLDataType){kDLInt, 32, 1});
     f->meta.cache_seqlens = &f->tseq;
     if (mla_get_metadata_shape(rt, &f->meta, f->sch, f->spl) != MLA_OK)
         return bench_case_fail(sh->name, "mla_get_metadata_shape");
@@ -126,17 +119,17 @@ static void fm_views(bench_ctx *ctx, const fm_shape *sh, fm_bufs *f) {
     DLDataType i32 = {kDLInt, 32, 1}, f32 = {kDLFloat, 32, 1}, u8 = {kDLUInt, 8, 1};
     DLDataType dt = sh->kv == MLA__FLASHMLA_KV_FP8 ? (DLDataType){MLA_DL_FLOAT8_E4M3FN, 8, 1}
                                                    : (DLDataType){kDLBfloat, 16, 1};
-    fm_tensor(&f->tq, f->q, dev, 4, f->qs, dt);
-    fm_tensor(&f->tk, f->k, dev, 4, f->ks, dt);
-    fm_tensor(&f->tbt, f->bt, dev, 2, f->bts, i32);
-    fm_tensor(&f->tseq, f->seq, dev, 1, f->vec, i32);
-    fm_tensor(&f->tsched, f->sched, dev, 2, f->sch, i32);
-    fm_tensor(&f->tsplits, f->splits, dev, 1, f->spl, i32);
-    fm_tensor(&f->tout, f->out, dev, 4, f->os, (DLDataType){kDLBfloat, 16, 1});
-    fm_tensor(&f->tlse, f->lse, dev, 3, f->ls, f32);
-    fm_tensor(&f->tws, f->ws, dev, 1, f->wss, u8);
-    fm_tensor(&f->tdq, f->descale, dev, 1, f->one, f32);
-    fm_tensor(&f->tdk, f->descale + 4, dev, 1, f->one, f32);
+    bench_tensor(&f->tq, f->q, dev, 4, f->qs, dt);
+    bench_tensor(&f->tk, f->k, dev, 4, f->ks, dt);
+    bench_tensor(&f->tbt, f->bt, dev, 2, f->bts, i32);
+    bench_tensor(&f->tseq, f->seq, dev, 1, f->vec, i32);
+    bench_tensor(&f->tsched, f->sched, dev, 2, f->sch, i32);
+    bench_tensor(&f->tsplits, f->splits, dev, 1, f->spl, i32);
+    bench_tensor(&f->tout, f->out, dev, 4, f->os, (DLDataType){kDLBfloat, 16, 1});
+    bench_tensor(&f->tlse, f->lse, dev, 3, f->ls, f32);
+    bench_tensor(&f->tws, f->ws, dev, 1, f->wss, u8);
+    bench_tensor(&f->tdq, f->descale, dev, 1, f->one, f32);
+    bench_tensor(&f->tdk, f->descale + 4, dev, 1, f->one, f32);
     f->meta.cache_seqlens = &f->tseq;
     f->meta.tile_scheduler_metadata = &f->tsched, f->meta.num_splits = &f->tsplits;
     mla_flash_with_kvcache_args *a = &f->args;

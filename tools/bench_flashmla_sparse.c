@@ -49,16 +49,10 @@ typedef struct sp_bufs {
 
 /* ---- random host values --------------------------------------------------------------------- */
 
-static uint64_t sp_rng(uint64_t *s) {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
 
 /* A bfloat16 in [-1, 1): sign, exponent 2^-8..2^-1, random mantissa. */
 static uint16_t sp_bf16(uint64_t *s) {
-    uint64_t u = sp_rng(s);
+    uint64_t u = bench_rng(s);
     return (uint16_t)((u & 0x8000) | (119 + u % 8) << 7 | (u >> 8 & 0x7F));
 }
 
@@ -72,11 +66,11 @@ static void sp_fill_bf16(uint64_t *s, uint8_t *p, size_t n) {
 /* One 656-byte row: random e4m3 bytes (NaN codes 0x7F / 0xFF replaced by +-448), scales, RoPE. */
 static void sp_fill_fp8_row(uint64_t *s, uint8_t *row) {
     for (int i = 0; i < 512; i++) {
-        uint8_t u = (uint8_t)sp_rng(s);
+        uint8_t u = (uint8_t)bench_rng(s);
         row[i] = (u & 0x7F) == 0x7F ? (uint8_t)(u & 0xFE) : u;
     }
     for (int t = 0; t < 4; t++) {
-        float sc = ldexpf(1.f, -6 - (int)(sp_rng(s) % 3));
+        float sc = ldexpf(1.f, -6 - (int)(bench_rng(s) % 3));
         memcpy(row + 512 + 4 * t, &sc, 4);
     }
     sp_fill_bf16(s, row + 528, 64);
@@ -101,7 +95,7 @@ static int32_t *sp_page_order(uint64_t *s, const sp_shape *sh) {
     int32_t *order = malloc((size_t)n * 4);
     for (int i = 0; order && i < n; i++) order[i] = i;
     for (int i = n - 1; order && i > 0; i--) {
-        int j = (int)(sp_rng(s) % (uint64_t)(i + 1)), t = order[i];
+        int j = (int)(bench_rng(s) % (uint64_t)(i + 1)), t = order[i];
         order[i] = order[j], order[j] = t;
     }
     return order;
@@ -122,7 +116,7 @@ static int32_t *sp_indices(uint64_t *s, const sp_shape *sh) {
     for (size_t tok = 0; tok < (size_t)sh->b * sh->s_q; tok++) {
         int32_t *list = idx + tok * sh->topk, *pg = order ? order + tok / sh->s_q * pages : NULL;
         for (int k = 0; k < sh->topk; k++) {
-            int j = k + (int)(sp_rng(s) % (uint64_t)(sh->s_k - k)), p = pos[j];
+            int j = k + (int)(bench_rng(s) % (uint64_t)(sh->s_k - k)), p = pos[j];
             pos[j] = pos[k], pos[k] = p;
             list[k] = pg ? pg[p / SP_PAGE] * SP_PAGE + p % SP_PAGE : p;
         }
@@ -185,13 +179,6 @@ done:
     return CLI_FAIL;
 }
 
-static void sp_tensor(DLTensor *t, CUdeviceptr p, int device, int ndim, int64_t *shape,
-                      DLDataType dt) {
-    memset(t, 0, sizeof *t);
-    t->data = (void *)(uintptr_t)p;
-    t->device = (DLDevice){kDLCUDA, device};
-    t->ndim = ndim, t->dtype = dt, t->shape = shape;
-}
 
 /* Decode tensors: q [b, s_q, h_q, 576], k_cache [blocks, 64, 1, 656] e4m3, indices
  * [b, s_q, topk], out [b, s_q, h_q, 512], lse [b, h_q, s_q]. */
@@ -203,11 +190,11 @@ static void sp_decode_args(int dev, const sp_shape *sh, sp_bufs *f) {
     f->is[0] = sh->b, f->is[1] = sh->s_q, f->is[2] = sh->topk;
     f->os[0] = sh->b, f->os[1] = sh->s_q, f->os[2] = sh->h_q, f->os[3] = 512;
     f->ls[0] = sh->b, f->ls[1] = sh->h_q, f->ls[2] = sh->s_q;
-    sp_tensor(&f->tq, f->q, dev, 4, f->qs, bf16);
-    sp_tensor(&f->tkv, f->kv, dev, 4, f->ks, e4m3);
-    sp_tensor(&f->tidx, f->idx, dev, 3, f->is, (DLDataType){kDLInt, 32, 1});
-    sp_tensor(&f->tout, f->out, dev, 4, f->os, bf16);
-    sp_tensor(&f->tlse, f->lse, dev, 3, f->ls, (DLDataType){kDLFloat, 32, 1});
+    bench_tensor(&f->tq, f->q, dev, 4, f->qs, bf16);
+    bench_tensor(&f->tkv, f->kv, dev, 4, f->ks, e4m3);
+    bench_tensor(&f->tidx, f->idx, dev, 3, f->is, (DLDataType){kDLInt, 32, 1});
+    bench_tensor(&f->tout, f->out, dev, 4, f->os, bf16);
+    bench_tensor(&f->tlse, f->lse, dev, 3, f->ls, (DLDataType){kDLFloat, 32, 1});
     mla_flash_with_kvcache_args *a = &f->dec;
     mla_flash_with_kvcache_args_init(a);
     a->q = &f->tq, a->k_cache = &f->tkv, a->indices = &f->tidx;
@@ -224,12 +211,12 @@ static void sp_prefill_args(int dev, const sp_shape *sh, sp_bufs *f) {
     f->is[0] = sh->s_q, f->is[1] = 1, f->is[2] = sh->topk;
     f->os[0] = sh->s_q, f->os[1] = sh->h_q, f->os[2] = 512;
     f->ms[0] = sh->s_q, f->ms[1] = sh->h_q;
-    sp_tensor(&f->tq, f->q, dev, 3, f->qs, bf16);
-    sp_tensor(&f->tkv, f->kv, dev, 3, f->ks, bf16);
-    sp_tensor(&f->tidx, f->idx, dev, 3, f->is, (DLDataType){kDLInt, 32, 1});
-    sp_tensor(&f->tout, f->out, dev, 3, f->os, bf16);
-    sp_tensor(&f->tmax, f->max_logits, dev, 2, f->ms, f32);
-    sp_tensor(&f->tlse, f->lse, dev, 2, f->ms, f32);
+    bench_tensor(&f->tq, f->q, dev, 3, f->qs, bf16);
+    bench_tensor(&f->tkv, f->kv, dev, 3, f->ks, bf16);
+    bench_tensor(&f->tidx, f->idx, dev, 3, f->is, (DLDataType){kDLInt, 32, 1});
+    bench_tensor(&f->tout, f->out, dev, 3, f->os, bf16);
+    bench_tensor(&f->tmax, f->max_logits, dev, 2, f->ms, f32);
+    bench_tensor(&f->tlse, f->lse, dev, 2, f->ms, f32);
     mla_flash_sparse_fwd_args *a = &f->pre;
     mla_flash_sparse_fwd_args_init(a);
     a->q = &f->tq, a->kv = &f->tkv, a->indices = &f->tidx;

@@ -27,12 +27,6 @@ typedef struct plan_inputs {
     DLTensor kv, lengths, workspace;
 } plan_inputs;
 
-static uint64_t rng_next(uint64_t *s) {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
 
 /* Real windows (../spec/dsv4.md §5): token t at a random position p attends over the
  * min(p + 1, topk) rows ending at p, laid out linearly by position on randomly chosen pages
@@ -42,11 +36,11 @@ static long long make_windows(uint64_t *seed, int T, int topk, int page, int32_t
                               int32_t *len) {
     long long total = 0;
     for (int t = 0; t < T; t++) {
-        int p = (int)(rng_next(seed) % PLAN_POSITIONS);
+        int p = (int)(bench_rng(seed) % PLAN_POSITIONS);
         int L = p + 1 < topk ? p + 1 : topk;
         int last_lp = p / page;
-        int32_t phys_last = (int32_t)(rng_next(seed) % PLAN_PAGES);
-        int32_t phys_prev = (int32_t)((phys_last + 1 + rng_next(seed) % (PLAN_PAGES - 1)) %
+        int32_t phys_last = (int32_t)(bench_rng(seed) % PLAN_PAGES);
+        int32_t phys_prev = (int32_t)((phys_last + 1 + bench_rng(seed) % (PLAN_PAGES - 1)) %
                                       PLAN_PAGES);
         for (int g = 0; g < topk; g++) {
             int pos = p - L + 1 + g;
@@ -59,15 +53,6 @@ static long long make_windows(uint64_t *seed, int T, int topk, int page, int32_t
     return total;
 }
 
-static void set_tensor(DLTensor *t, CUdeviceptr p, int device, int ndim, int64_t *shape,
-                       DLDataType dt) {
-    memset(t, 0, sizeof *t);
-    t->data = (void *)(uintptr_t)p;
-    t->device = (DLDevice){kDLCUDA, device};
-    t->ndim = ndim;
-    t->dtype = dt;
-    t->shape = shape;
-}
 
 /* Allocates and uploads the inputs; CLI_OK or CLI_FAIL. */
 static int plan_inputs_create(mla_runtime *rt, int copies, uint64_t seed, plan_inputs *in) {
@@ -101,10 +86,10 @@ static int plan_inputs_create(mla_runtime *rt, int copies, uint64_t seed, plan_i
     in->idx_shape[0] = in->T, in->idx_shape[1] = in->topk;
     in->len_shape[0] = in->T;
     in->ws_shape[0] = MLA__DSV4_PLAN_END;
-    set_tensor(&in->kv, in->idx, rt->options.device, 2, in->idx_shape, (DLDataType){kDLInt, 32, 1});
-    set_tensor(&in->lengths, in->len, rt->options.device, 1, in->len_shape,
+    bench_tensor(&in->kv, in->idx, rt->options.device, 2, in->idx_shape, (DLDataType){kDLInt, 32, 1});
+    bench_tensor(&in->lengths, in->len, rt->options.device, 1, in->len_shape,
                (DLDataType){kDLInt, 32, 1});
-    set_tensor(&in->workspace, in->ws, rt->options.device, 1, in->ws_shape,
+    bench_tensor(&in->workspace, in->ws, rt->options.device, 1, in->ws_shape,
                (DLDataType){kDLUInt, 8, 1});
     rc = CLI_OK;
 done:
