@@ -12,6 +12,7 @@
 #include "runtime/flashmla_kinds.h"
 #include "runtime/internal.h"
 #include "util/gpu.h"
+#include "util/spec.h"
 
 typedef struct compile_case {
     char arch[16];
@@ -60,24 +61,9 @@ ParameterizedTestParameters(flashmla_compile, every_spec) {
     return cr_make_param_array(compile_case, cases, N_CASES);
 }
 
-/* The spec of a case with the kind's parameter names. */
-static void case_spec(const compile_case *c, mla__spec *spec) {
-    mla__spec_init(spec, c->kernel);
-    const mla__kernel_kind *kind = mla__kernel_kind_find(c->kernel);
-    cr_assert(kind != NULL, "%s: kernel kind not in the table", c->kernel);
-    for (int i = 0; i < c->n; i++) {
-        cr_assert(kind->params[i] != NULL, "%s: the kind has fewer than %d parameters", c->kernel,
-                  c->n);
-        cr_assert(mla__spec_add(spec, kind->params[i], c->v[i]) == MLA_OK, "%s: spec_add",
-                  c->kernel);
-    }
-    cr_assert(kind->params[c->n] == NULL, "%s: the kind has more than %d parameters", c->kernel,
-              c->n);
-}
-
 ParameterizedTest(compile_case *c, flashmla_compile, every_spec) {
     mla__spec spec;
-    case_spec(c, &spec);
+    mlt_kind_spec(c->kernel, c->n, c->v, &spec);
     char desc[256];
     mla__spec_describe(&spec, desc, sizeof desc);
     mla_runtime *rt = NULL;
