@@ -64,6 +64,12 @@ uint16_t bench_bf16_bits(float f) {
     return (uint16_t)((u + 0x7FFF + ((u >> 16) & 1)) >> 16); /* round to nearest even */
 }
 
+void bench_stream_release(mla_runtime *rt, CUstream stream) {
+    if (!stream) return;
+    rt->drv.cuStreamSynchronize(stream);
+    rt->drv.cuStreamDestroy(stream);
+}
+
 int bench_case_fail(const char *name, const char *what) {
     return cli_fail("bench", "%s: %s: %s", name, what, mla_last_error());
 }

@@ -49,6 +49,9 @@ double bench_gauss(uint64_t *s);
 /* float -> bfloat16 bits, round to nearest even. */
 uint16_t bench_bf16_bits(float f);
 
+/* Waits for a case's stream and destroys it; NULL is a no-op (for the cases' done paths). */
+void bench_stream_release(mla_runtime *rt, CUstream stream);
+
 /* Prints "<case>: <what>: <last error>"; returns CLI_FAIL. */
 int bench_case_fail(const char *name, const char *what);
 

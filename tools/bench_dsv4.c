@@ -387,10 +387,7 @@ call_failed:
     failed = "mla_attention + mla_output_proj";
 done:
     if (failed) bench_case_fail(name, failed);
-    if (stream) {
-        rt->drv.cuStreamSynchronize(stream);
-        rt->drv.cuStreamDestroy(stream);
-    }
+    bench_stream_release(rt, stream);
     for (int i = 0; i < n_ev; i++) rt->drv.cuEventDestroy(ev[i]);
     free(ev);
     free(t);

@@ -263,10 +263,7 @@ static int fq_decode_run(bench_ctx *ctx, const fq_decode_shape *sh) {
     }
     rc = CLI_OK;
 done:
-    if (stream) {
-        rt->drv.cuStreamSynchronize(stream);
-        rt->drv.cuStreamDestroy(stream);
-    }
+    bench_stream_release(rt, stream);
     if (f) fq_free(rt, f->p, N_DBUF);
     free(f);
     return rc;
@@ -383,10 +380,7 @@ int bench_fakequant_prefill_8k(bench_ctx *ctx) {
     }
     rc = CLI_OK;
 done:
-    if (stream) {
-        rt->drv.cuStreamSynchronize(stream);
-        rt->drv.cuStreamDestroy(stream);
-    }
+    bench_stream_release(rt, stream);
     if (f) fq_free(rt, f->p, N_PBUF);
     free(f);
     return rc;

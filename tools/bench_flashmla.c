@@ -215,10 +215,7 @@ static int fm_run_shape(bench_ctx *ctx, const fm_shape *sh) {
                  sec * 1e6 / sh->flashmla_us);
     rc = CLI_OK;
 done:
-    if (stream) {
-        rt->drv.cuStreamSynchronize(stream);
-        rt->drv.cuStreamDestroy(stream);
-    }
+    bench_stream_release(rt, stream);
     fm_free(rt, f);
     free(f);
     return rc;

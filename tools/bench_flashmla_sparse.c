@@ -320,10 +320,7 @@ static int sp_run_shape(bench_ctx *ctx, const sp_shape *sh) {
     sp_row(ctx, sh, sec, iters);
     rc = CLI_OK;
 done:
-    if (stream) {
-        rt->drv.cuStreamSynchronize(stream);
-        rt->drv.cuStreamDestroy(stream);
-    }
+    bench_stream_release(rt, stream);
     sp_free(rt, f);
     free(f);
     return rc;

@@ -323,10 +323,7 @@ int bench_plan_call(bench_ctx *ctx) {
 call_failed:
     bench_case_fail("plan-call", "mla_attention_plan");
 done:
-    if (stream) {
-        rt->drv.cuStreamSynchronize(stream);
-        rt->drv.cuStreamDestroy(stream);
-    }
+    bench_stream_release(rt, stream);
     plan_inputs_destroy(rt, &in);
     free(t);
     return rc;
@@ -383,10 +380,7 @@ int bench_plan_gpu(bench_ctx *ctx) {
 call_failed:
     bench_case_fail("plan-gpu", "mla_attention_plan");
 done:
-    if (stream) {
-        rt->drv.cuStreamSynchronize(stream);
-        rt->drv.cuStreamDestroy(stream);
-    }
+    bench_stream_release(rt, stream);
     for (int i = 0; i < n_ev; i++) rt->drv.cuEventDestroy(ev[i]);
     plan_inputs_destroy(rt, &in);
     free(ev);
