@@ -1,30 +1,45 @@
-// FlashMLA-compatible dense paged decode, sm_90a path: the QK^T and PV products on wgmma (warpgroup
-// MMA, operands in shared memory through 128-byte-swizzle descriptors, fp32 accumulators in
-// registers). Same math, grid, schedule, work split, softmax and outputs as the portable kernel
-// (decode.cu, whose helpers this file reuses); only the shared-memory tile layout and the two
-// matrix products differ, so both produce the same numbers up to fp32 summation order.
+// FlashMLA-compatible dense paged decode, sm_90a path: both products on wgmma (warpgroup MMA,
+// fp32 accumulators in registers), the two warpgroups working on alternate KV tiles so that one's
+// softmax runs under the other's MMAs. Same math, grid, schedule, work split and outputs as the
+// portable kernel (decode.cu, whose loads, row limits and stores this file reuses); the results
+// agree up to fp32 summation order and the 16-bit rounding of P.
 //
 // Template parameters (the spec "flashmla_decode_sm90" fixes them):
 //   kKV        0: bf16 q / k_cache / out; 1: fp16 (fp8 stays on the portable kernel)
 //   kPageClass 0: any page size; 1: page_size % 64 == 0 (one block-table lookup per tile)
 //   kCausal    bottom-right causal mask (s_q > 1)
 //
-// CTA: 256 threads = 2 warpgroups; warpgroup wn (= warp / 4), warp wm = warp % 4 inside it.
-//   S[64 rows x 64 keys] = Q K^T: warpgroup wn computes keys [32 wn, 32 wn + 32) with 36
-//     wgmma.m64n32k16 (A = Q, B = K rows, both K-major);
-//   O[64 x 512] += P V: warpgroup wn owns columns [256 wn, 256 wn + 256), 4 wgmma.m64n256k16 per
-//     tile (A = P K-major, B = V = K[:, :512] read N-major, "transposed").
-// The wgmma accumulator layout gives each thread exactly the S and O elements the portable
-// kernel's warp (wm, wn) holds in its mma.sync fragments (wgmma.cuh), so the softmax, the row
-// exchange and the stores are decode.cu's.
+// CTA: 256 threads = warpgroups 0 and 1 over the same 64 query rows (warp w % 4 of each holds rows
+// [16 (w % 4), +16)). A chunk's 64-key tiles go in pairs: tile a = 2 j into buffer K0, tile
+// b = 2 j + 1 into K1. Warpgroup 0 computes S0 = Q K0^T and owns O columns [0, 256) (O_L);
+// warpgroup 1 computes S1 = Q K1^T and owns O columns [256, 512) (O_R). Both keep the running row
+// max m (identical copies) and their own part of the row sum l. Per pair:
+//   WG0: m_a = max(m, rowmax S0) -> sM0; O_L, l *= 2^(m - m_a); P0 = 2^(S0 - m_a) -> sP0;
+//        O_L += P0 V0_L (P0 from registers)
+//   WG1: m_b = max(m_a, rowmax S1) -> sM1; O_R, l *= 2^(m - m_a); P1 = 2^(S1 - m_b) -> sP1;
+//        O_R += sP0 V0_R
+//   both: beta = 2^(m_a - m_b); O, l *= beta (after their first product);
+//   WG0: O_L += sP1 V1_L;  WG1: O_R += P1 V1_R (registers), l += rowsum P1
+// then each computes the S of its next tile. Named barriers order the exchanges (M0, M1: the row
+// maxima; P0, P1: the P tiles; P0_FREE: sP0 read). A buffer's column pieces are refilled as soon as their last
+// reader is done: K0 pieces 0-3 (V0_L) by warpgroup 0 after O_L += P0 V0_L, pieces 4-8 by
+// warpgroup 1 after O_R += sP0 V0_R; K1 pieces 0-3 by warpgroup 0 after O_L += sP1 V1_L, pieces
+// 4-8 by warpgroup 1 after O_R += P1 V1_R. Loads are cp.async (any page size, zero fill past the
+// chunk), each piece completing an mbarrier (count 128) through cp.async.mbarrier.arrive; the QK
+// product waits piece by piece.
 //
-// Shared memory (bytes, from a 1024-aligned base): a 64 x 576 16-bit tile is 9 column blocks of
-// 64 values (128-byte rows); block b holds rows 0..63 at 128-byte pitch, 8192 bytes, 16-byte chunk
-// c of row r at chunk c ^ (r & 7) (the hardware 128-byte swizzle). Element (r, k):
-//   (k / 64) * 8192 + r * 128 + (((k % 64) / 8) ^ (r & 7)) * 16 + (k % 8) * 2.
-//   Q 0 (73728), K tiles 73728 and 147456 (double buffer), P 221184 (64 x 64, one block: the
-//   portable kernel's P layout), row exchange 229376 (512); 229888 bytes + 1024 for alignment.
+// S[64 x 64] is 36 wgmma.m64n64k16: 32 with Q from shared memory, the last 4 (Q columns 512-575)
+// with Q from registers, loaded once per request, so that Q's piece 8 holds sP1. O += P V is
+// 4 wgmma.m64n256k16 per tile and warpgroup, V = K[:, :512] read N-major.
+//
+// Shared memory (bytes, from a 1024-aligned base). A 64 x 576 16-bit tile is 9 pieces of 64
+// columns (128-byte rows, 8192 bytes), element (r, k) of piece k / 64 at
+// r * 128 + (((k % 64) / 8) ^ (r & 7)) * 16 + (k % 8) * 2 (the hardware 128-byte swizzle).
+//   Q 0 (73728; piece 8 = sP1 after Q8 is in registers), K0 73728, K1 147456, sP0 221184 (8192),
+//   sM0 229376 and sM1 229632 (64 floats each), row-sum exchange 229888 (2 x 64 floats),
+//   mbarriers 230400 (K0: 9, K1: 9); 230544 bytes + 1024 for alignment.
 
+#include "common/mbarrier.cuh"
 #include "common/wgmma.cuh"
 #include "flashmla/decode.cu"
 
@@ -32,36 +47,46 @@ namespace mla {
 namespace flashmla {
 namespace sm90 {
 
-constexpr int kBlockBytes = kBlockM * 128;               // one 64-row column block: 8192
-constexpr int kTileBytes90 = (kD / 64) * kBlockBytes;    // 73728
+constexpr int kPieces = kD / 64;                         // 9
+constexpr int kPieceBytes = kBlockM * 128;               // 8192
+constexpr int kVPieces = 4;                              // pieces of one V half (256 columns)
+constexpr int kTileBytes90 = kPieces * kPieceBytes;      // 73728
 constexpr int kSmemQ90 = 0;
-constexpr int kSmemK90 = kTileBytes90;
-constexpr int kSmemP90 = kSmemK90 + 2 * kTileBytes90;    // 221184
-constexpr int kSmemRed90 = kSmemP90 + kBlockM * kBlockN * 2;
-constexpr int kSmemUsed = kSmemRed90 + 2 * kBlockM * 4;  // 229888
-constexpr int kSmemBytes90 = kSmemUsed + 1024;           // + alignment slack: 230912
-static_assert(kSmemP90 % 1024 == 0 && kSmemK90 % 1024 == 0, "swizzle atoms 1024-aligned");
+constexpr int kSmemP1 = kSmemQ90 + 8 * kPieceBytes;      // Q piece 8
+constexpr int kSmemK0 = kTileBytes90;
+constexpr int kSmemK1 = 2 * kTileBytes90;
+constexpr int kSmemP0 = 3 * kTileBytes90;
+constexpr int kSmemM0 = kSmemP0 + kPieceBytes;
+constexpr int kSmemM1 = kSmemM0 + kBlockM * 4;
+constexpr int kSmemRed90 = kSmemM1 + kBlockM * 4;
+constexpr int kSmemBar = kSmemRed90 + 2 * kBlockM * 4;
+constexpr int kSmemUsed = kSmemBar + 2 * kPieces * 8;    // 230544
+constexpr int kSmemBytes90 = kSmemUsed + 1024;           // + alignment slack: 231568
+static_assert(kSmemP0 % 1024 == 0 && kSmemP1 % 1024 == 0, "swizzle atoms 1024-aligned");
+static_assert(kSmemBar % 8 == 0, "mbarriers 8-aligned");
 static_assert(kTileBytes90 == kTileBytes, "same tile size as the portable kernel");
+static_assert(kSmemBytes90 <= 232448, "fits the sm_90 shared memory of one CTA");
+
+constexpr int kWgThreads = 128;
+// M0 / M1: sM0 / sM1 written; P0 / P1: sP0 / sP1 written; P0_FREE: warpgroup 1 has read sP0.
+enum NamedBarrier : int { kBarM0 = 1, kBarM1 = 2, kBarP0 = 3, kBarP1 = 4, kBarP0Free = 5 };
 
 // Byte offset of 16-byte chunk c (of 72) of row r in a 64 x 576 tile.
 __device__ __forceinline__ unsigned tile_off(int r, int c) {
-    return (unsigned)((c >> 3) * kBlockBytes + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+    return (unsigned)((c >> 3) * kPieceBytes + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
 
-// cp.async of one 64-key tile (keys [t0, t0 + 64), those >= t_end zero-filled) into dst.
-// Thread tid copies row tid / 4, chunks tid % 4, tid % 4 + 4, ...
-template <int kKV, int kPageClass>
-__device__ __forceinline__ void load_kv_tile90(const DecodeParams &p, unsigned dst, int req,
-                                               int g, int t0, int t_end) {
-    const int r = threadIdx.x >> 2, t = t0 + r;
-    const unsigned char *src = t < t_end ? key_row<kKV, kPageClass>(p, req, g, t, t0) : nullptr;
-    const bool valid = src != nullptr;
-    if (!valid) src = static_cast<const unsigned char *>(p.k);
-    for (int c = threadIdx.x & 3; c < kRowChunks; c += 4)
-        cp_async_16(dst + tile_off(r, c), src + c * 16, valid);
+// Keeps the compiler from moving accesses of a wgmma operand across the asm that waits for it.
+__device__ __forceinline__ void reg_fence(float &x) { asm volatile("" : "+f"(x)::"memory"); }
+template <int N>
+__device__ __forceinline__ void reg_fence(float (&d)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) reg_fence(d[i][e]);
 }
 
-// cp.async of the Q rows [64 m, 64 m + 64) of kv head g (rows >= rows zero-filled).
+// cp.async of the Q rows [64 m, 64 m + 64) of kv head g (rows >= rows zero-filled), all threads.
 __device__ __forceinline__ void load_q_tile90(const DecodeParams &p, unsigned dst, int req, int g,
                                               int m, int rows) {
     const int r = threadIdx.x >> 2, rr = m * kBlockM + r;
@@ -76,86 +101,359 @@ __device__ __forceinline__ void load_q_tile90(const DecodeParams &p, unsigned ds
         cp_async_16(dst + tile_off(r, c), src + c * 16, valid);
 }
 
-// Makes this thread's landed cp.async / st.shared data visible to the wgmma of every warp.
-__device__ __forceinline__ void publish_smem_to_wgmma() {
+// Address of the key row thread wt (of a warpgroup) copies for the tile at t0: row wt / 2; null
+// when the key is past the chunk (t >= t_stop) or its page is out of range (zero fill).
+template <int kPageClass>
+__device__ __forceinline__ const unsigned char *tile_row_src(const DecodeParams &p, int req, int g,
+                                                             int t0, int t_stop, int wt) {
+    const int t = t0 + (wt >> 1);
+    return t < t_stop ? key_row<0, kPageClass>(p, req, g, t, t0) : nullptr;
+}
+
+// cp.async of pieces [kLo, kHi) of one tile by the 128 threads of a warpgroup, each piece arriving
+// on its mbarrier. Warp w copies its rows [16 w, 16 w + 16): per instruction 4 rows x 8 chunks,
+// whole 128-byte lines; thread wt computed the source of row wt / 2 (src, null: zero fill),
+// which the copying lanes read by shuffle.
+template <int kLo, int kHi>
+__device__ __forceinline__ void load_pieces(const DecodeParams &p, unsigned buf, unsigned bars,
+                                            const unsigned char *src, int wt) {
+    const int lane = wt & 31, ch = lane & 7;
+    const unsigned char *rs[4];
+    int r[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int rl = 4 * i + (lane >> 3);  // row within the warp's 16
+        rs[i] = reinterpret_cast<const unsigned char *>(
+            __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(src), 2 * rl));
+        r[i] = (wt & ~31) / 2 + rl;
+    }
+#pragma unroll
+    for (int pc = kLo; pc < kHi; pc++) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const bool valid = rs[i] != nullptr;
+            const unsigned char *g = valid ? rs[i] + (pc * 8 + ch) * 16
+                                           : static_cast<const unsigned char *>(p.k);
+            cp_async_16(buf + pc * kPieceBytes + r[i] * 128 + ((ch ^ (r[i] & 7)) << 4), g, valid);
+        }
+        cp_async_mbarrier_arrive_noinc(bars + pc * 8);
+    }
+}
+
+// Hides v's value from the optimizer, so that descriptor sums derived from it are not hoisted
+// (and kept live in registers) across the unrolled product loops.
+__device__ __forceinline__ void opaque(unsigned long long &v) { asm volatile("" : "+l"(v)); }
+
+// S = Q K^T for the tile in buf (36 wgmma.m64n64k16, the last 4 with Q from registers), waiting
+// for each piece's mbarrier (phase `parity`) before its products; returns with S complete.
+// Descriptors: the start address field is bits 0-13 of (address >> 4), so an offset below
+// 256 KiB is added to a descriptor as offset >> 4.
+template <bool kF16>
+__device__ __forceinline__ void qk_tile(float (&s)[8][4], const unsigned (&q8)[4][4], unsigned q,
+                                        unsigned buf, unsigned bars, unsigned parity) {
+    const unsigned long long qd0 = wgmma_desc_sw128(q, 16, 1024);
+    const unsigned long long kd0 = wgmma_desc_sw128(buf, 16, 1024);
+    wgmma_fence();
+#pragma unroll
+    for (int pc = 0; pc < kPieces - 1; pc++) {
+        mbarrier_wait_parity(bars + pc * 8, parity);
+        fence_proxy_async_shared();  // the piece's cp.async data, seen through the mbarrier
+        unsigned long long qd = qd0, kd = kd0;
+        opaque(qd), opaque(kd);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const unsigned off = (pc * kPieceBytes + k * 32) >> 4;
+            wgmma_m64n64k16_ss<kF16, 0>(s, qd + off, kd + off, pc + k > 0);
+        }
+    }
+    mbarrier_wait_parity(bars + (kPieces - 1) * 8, parity);
     fence_proxy_async_shared();
-    __syncthreads();
-}
-
-// S[64 rows][32 keys of half wn] = Q K^T over 576 dims (36 k16 steps; waits for the result).
-template <bool kF16>
-__device__ __forceinline__ void qk_wgmma(float (&s)[4][4], unsigned q_tile, unsigned k_tile,
-                                         int wn) {
+    unsigned long long kd = kd0;
+    opaque(kd);
 #pragma unroll
-    for (int n = 0; n < 4; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;  // defined inputs
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; kk++) {
-        const unsigned koff = (kk >> 2) * kBlockBytes + (kk & 3) * 32;
-        const unsigned long long a = wgmma_desc_sw128(q_tile + koff, 16, 1024);
-        const unsigned long long b = wgmma_desc_sw128(k_tile + koff + wn * 32 * 128, 16, 1024);
-        wgmma_m64n32k16<kF16, 0>(s, a, b, kk > 0);
-    }
+    for (int k = 0; k < 4; k++)
+        wgmma_m64n64k16_rs<kF16, 0>(s, q8[k], kd + (((kPieces - 1) * kPieceBytes + k * 32) >> 4),
+                                    1);
     wgmma_commit_group();
     wgmma_wait_group<0>();
+    reg_fence(s);
 }
 
-// O[64 rows][256 columns of half wn] += P V over the 64 keys (4 k16 steps; waits).
+// Issues O[64 x 256] += P V_half, P from registers (A fragments of the 4 k16 steps), V_half =
+// columns [256 half, +256) of the tile in buf. Not committed.
 template <bool kF16>
-__device__ __forceinline__ void pv_wgmma(float (&o)[32][4], unsigned p_tile, unsigned k_tile,
-                                         int wn) {
-    wgmma_fence();
+__device__ __forceinline__ void pv_issue_rs(float (&o)[32][4], const unsigned (&pa)[4][4],
+                                            unsigned buf, int half) {
 #pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; kk++) {
-        const unsigned long long a = wgmma_desc_sw128(p_tile + kk * 32, 16, 1024);
-        const unsigned long long b =
-            wgmma_desc_sw128(k_tile + kk * 16 * 128 + wn * 4 * kBlockBytes, kBlockBytes, 1024);
-        wgmma_m64n256k16<kF16, 1>(o, a, b, 1);
-    }
-    wgmma_commit_group();
-    wgmma_wait_group<0>();
+    for (int kk = 0; kk < 4; kk++)
+        wgmma_m64n256k16_rs<kF16, 1>(
+            o, pa[kk],
+            wgmma_desc_sw128(buf + kk * 16 * 128 + half * kVPieces * kPieceBytes, kPieceBytes,
+                             1024),
+            1);
 }
 
-// Attention of the CTA's rows over keys [t_begin, t_end) of request req (decode.cu's
-// attend_chunk with the wgmma products). Q's cp.async may still be in flight.
+// The same with P from the swizzled 64 x 64 tile p_tile in shared memory.
+template <bool kF16>
+__device__ __forceinline__ void pv_issue_ss(float (&o)[32][4], unsigned p_tile, unsigned buf,
+                                            int half) {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+        wgmma_m64n256k16_ss<kF16, 1>(
+            o, wgmma_desc_sw128(p_tile + kk * 32, 16, 1024),
+            wgmma_desc_sw128(buf + kk * 16 * 128 + half * kVPieces * kPieceBytes, kPieceBytes,
+                             1024),
+            1);
+}
+
+// Scales S to base-2 logits and masks keys t0 + col >= limit[row] (col = 8 j + 2 (lane % 4) +
+// e % 2, row e / 2 of the thread's two).
+__device__ __forceinline__ void scale_mask64(float (&s)[8][4], const int (&limit)[2], float scale,
+                                             int t0, int lane) {
+    const bool full = t0 + kBlockN <= limit[0] && t0 + kBlockN <= limit[1];
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int c = t0 + 8 * j + 2 * (lane & 3) + (e & 1);
+            s[j][e] = full || c < limit[e >> 1] ? s[j][e] * scale : -inf_f32();
+        }
+}
+
+// Row maxima of S over the thread's two rows (quad reduction).
+__device__ __forceinline__ void row_max64(const float (&s)[8][4], float (&mx)[2]) {
+    mx[0] = mx[1] = -inf_f32();
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
+        mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
+    }
+    mx[0] = quad_max(mx[0]), mx[1] = quad_max(mx[1]);
+}
+
+// S -> P = 2^(S - mu) in place (mu = the row's max, 0 when -inf); adds the row sums to l.
+__device__ __forceinline__ void exp_rows(float (&s)[8][4], const float (&mu)[2], float (&l)[2]) {
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            s[j][e] = ex2(s[j][e] - mu[e >> 1]);
+            l[e >> 1] += s[j][e];
+        }
+}
+
+// The A fragments of P for the 4 k16 steps of P V (the S accumulator layout of 8-key blocks
+// 2 kk and 2 kk + 1 is the A fragment of k16 step kk).
+template <bool kF16>
+__device__ __forceinline__ void p_fragments(const float (&s)[8][4], unsigned (&pa)[4][4]) {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        pa[kk][0] = pack2<kF16>(s[2 * kk][0], s[2 * kk][1]);
+        pa[kk][1] = pack2<kF16>(s[2 * kk][2], s[2 * kk][3]);
+        pa[kk][2] = pack2<kF16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[kk][3] = pack2<kF16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+}
+
+// Stores P (16-bit) to the swizzled 64 x 64 tile (rows of warp wm).
+template <bool kF16>
+__device__ __forceinline__ void store_p(unsigned char *tile, const float (&s)[8][4], int wm,
+                                        int lane) {
+    const int r0 = wm * 16 + (lane >> 2);
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = r0 + 8 * h;
+            *reinterpret_cast<unsigned *>(tile + r * 128 + ((j ^ (r & 7)) << 4) + (lane & 3) * 4) =
+                pack2<kF16>(s[j][2 * h], s[j][2 * h + 1]);
+        }
+}
+
+__device__ __forceinline__ void scale_o(float (&o)[32][4], const float (&f)[2]) {
+#pragma unroll
+    for (int jt = 0; jt < 32; jt++)
+        o[jt][0] *= f[0], o[jt][1] *= f[0], o[jt][2] *= f[1], o[jt][3] *= f[1];
+}
+
+// The tiles' row sources of the next pair (tiles t0 + 128 and t0 + 192) for this thread.
+struct NextRows {
+    const unsigned char *a, *b;
+};
+
+// Attention of the CTA's rows over keys [t_begin, t_end) of request req. Q and Q8 are in place.
 template <int kKV, int kPageClass, bool kCausal>
-__device__ void attend_chunk90(const DecodeParams &p, unsigned char *smem, int req, int g, int m,
-                               int rows, int len, int t_begin, int t_end, bool direct, int slot) {
-    using T = KvTraits<kKV>;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp & 3, wn = warp >> 2;
+__device__ void attend_chunk90(const DecodeParams &p, unsigned char *smem, const unsigned (&q8)[4][4],
+                               unsigned (&phase)[2], int req, int g, int m, int rows, int len,
+                               int t_begin, int t_end, bool direct, int slot) {
+    constexpr bool kF16 = KvTraits<kKV>::kF16;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp & 3, wg = warp >> 2;
+    const int wt = threadIdx.x & (kWgThreads - 1);
     const unsigned base = smem_addr(smem);
+    const unsigned q = base + kSmemQ90, k0 = base + kSmemK0, k1 = base + kSmemK1;
+    const unsigned bar0 = base + kSmemBar, bar1 = bar0 + kPieces * 8;
+    float *sm0 = reinterpret_cast<float *>(smem + kSmemM0);
+    float *sm1 = reinterpret_cast<float *>(smem + kSmemM1);
     float *red = reinterpret_cast<float *>(smem + kSmemRed90);
     RowState st;
     float o[32][4];
     int limit[2];
     const int t_stop = chunk_rows_init<kCausal>(p, st, o, limit, m, rows, len, t_end, wm, lane);
     const int n_tiles = t_stop > t_begin ? (t_stop - t_begin + kBlockN - 1) / kBlockN : 0;
-    const unsigned k_base = base + kSmemK90;
-    if (n_tiles > 0) load_kv_tile90<kKV, kPageClass>(p, k_base, req, g, t_begin, t_stop);
-    cp_async_commit();
-    for (int it = 0; it < n_tiles; it++) {
-        const int t0 = t_begin + it * kBlockN;
-        if (it + 1 < n_tiles) {
-            load_kv_tile90<kKV, kPageClass>(p, k_base + ((it + 1) & 1) * kTileBytes90, req, g,
-                                            t0 + kBlockN, t_stop);
-            cp_async_commit();
-            cp_async_wait<1>();
+    const int r0 = wm * 16 + (lane >> 2);
+    float s[8][4];
+    unsigned pa[4][4];
+
+    // Prologue: tiles 0 and 1; warpgroup 0 loads pieces 0-3 of both, warpgroup 1 pieces 4-8.
+    if (n_tiles > 0) {
+        const unsigned char *ra = tile_row_src<kPageClass>(p, req, g, t_begin, t_stop, wt);
+        const unsigned char *rb =
+            n_tiles > 1 ? tile_row_src<kPageClass>(p, req, g, t_begin + kBlockN, t_stop, wt)
+                        : nullptr;
+        if (wg == 0) {
+            load_pieces<0, kVPieces>(p, k0, bar0, ra, wt);
+            if (n_tiles > 1) load_pieces<0, kVPieces>(p, k1, bar1, rb, wt);
         } else {
-            cp_async_wait<0>();
+            load_pieces<kVPieces, kPieces>(p, k0, bar0, ra, wt);
+            if (n_tiles > 1) load_pieces<kVPieces, kPieces>(p, k1, bar1, rb, wt);
         }
-        const unsigned k_tile = k_base + (it & 1) * kTileBytes90;
-        publish_smem_to_wgmma();  // tile it (and Q) visible to every warpgroup
-        float s[4][4];
-        qk_wgmma<T::kF16>(s, base + kSmemQ90, k_tile, wn);
-        scale_and_mask_limit(s, limit, p.scale_log2, t0, wn, lane);
-        online_softmax_update<T::kF16>(s, o, st, red, smem + kSmemP90, wm, wn, lane);
-        publish_smem_to_wgmma();  // P visible
-        pv_wgmma<T::kF16>(o, base + kSmemP90, k_tile, wn);
-        __syncthreads();  // tile it and P consumed before they are overwritten
+        if (wg == 0) {
+            qk_tile<kF16>(s, q8, q, k0, bar0, phase[0]);
+            phase[0] ^= 1;
+        } else if (n_tiles > 1) {
+            qk_tile<kF16>(s, q8, q, k1, bar1, phase[1]);
+            phase[1] ^= 1;
+        }
     }
-    cp_async_wait<0>();
-    finish_row_sums(st, red, wm, wn, lane);
-    store_rows<kKV>(p, o, st, req, g, m, rows, direct, slot, 1.f, wm, wn, lane);
+
+    for (int it = 0; it < n_tiles; it += 2) {
+        const int ta = t_begin + it * kBlockN, tb = ta + kBlockN;
+        const bool has_b = it + 1 < n_tiles;
+        const bool next_a = it + 2 < n_tiles, next_b = it + 3 < n_tiles;
+        // The next pair's row sources, fetched early (block-table reads off the critical path).
+        NextRows nx;
+        nx.a = next_a ? tile_row_src<kPageClass>(p, req, g, ta + 2 * kBlockN, t_stop, wt) : nullptr;
+        nx.b = next_b ? tile_row_src<kPageClass>(p, req, g, tb + 2 * kBlockN, t_stop, wt) : nullptr;
+        if (wg == 0) {
+            scale_mask64(s, limit, p.scale_log2, ta, lane);
+            float mx[2], m_a[2], mu[2], f[2];
+            row_max64(s, mx);
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                m_a[h] = fmaxf(st.m[h], mx[h]);
+                mu[h] = m_a[h] == -inf_f32() ? 0.f : m_a[h];
+                f[h] = ex2(st.m[h] - mu[h]);
+                st.l[h] *= f[h];
+            }
+            if ((lane & 3) == 0) sm0[r0] = m_a[0], sm0[r0 + 8] = m_a[1];
+            named_barrier_arrive(kBarM0, 2 * kWgThreads);
+            scale_o(o, f);
+            exp_rows(s, mu, st.l);
+            if (it > 0) named_barrier_sync(kBarP0Free, 2 * kWgThreads);  // the last pair's sP0
+            store_p<kF16>(smem + kSmemP0, s, wm, lane);
+            fence_proxy_async_shared();
+            named_barrier_arrive(kBarP0, 2 * kWgThreads);
+            p_fragments<kF16>(s, pa);
+            wgmma_fence();
+            pv_issue_rs<kF16>(o, pa, k0, 0);
+            wgmma_commit_group();
+            // beta = 2^(m_a - m_b) brings O_L to the pair's final max.
+            named_barrier_sync(kBarM1, 2 * kWgThreads);
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const float m_b = sm1[r0 + 8 * h];
+                f[h] = m_a[h] == -inf_f32() ? 1.f : ex2(m_a[h] - m_b);
+                st.m[h] = m_b;
+                st.l[h] *= f[h];
+            }
+            wgmma_wait_group<0>();
+            reg_fence(o);
+            if (next_a) load_pieces<0, kVPieces>(p, k0, bar0, nx.a, wt);  // V0_L consumed
+            scale_o(o, f);
+            if (has_b) {
+                named_barrier_sync(kBarP1, 2 * kWgThreads);
+                fence_proxy_async_shared();  // K1 pieces 0-3, seen through warpgroup 1
+                wgmma_fence();
+                pv_issue_ss<kF16>(o, base + kSmemP1, k1, 0);
+                wgmma_commit_group();
+                wgmma_wait_group<0>();
+                reg_fence(o);
+                if (next_b) load_pieces<0, kVPieces>(p, k1, bar1, nx.b, wt);  // V1_L consumed
+            }
+            if (next_a) {
+                qk_tile<kF16>(s, q8, q, k0, bar0, phase[0]);
+                phase[0] ^= 1;
+            }
+        } else {
+            float mx[2] = {-inf_f32(), -inf_f32()}, m_a[2], m_b[2], mu[2], f[2];
+            if (has_b) {
+                scale_mask64(s, limit, p.scale_log2, tb, lane);
+                row_max64(s, mx);
+            }
+            named_barrier_sync(kBarM0, 2 * kWgThreads);
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                m_a[h] = sm0[r0 + 8 * h];
+                m_b[h] = fmaxf(m_a[h], mx[h]);
+                mu[h] = m_a[h] == -inf_f32() ? 0.f : m_a[h];
+                f[h] = ex2(st.m[h] - mu[h]);  // O_R to m_a, where P0 is
+                st.m[h] = m_b[h];
+                st.l[h] *= f[h];
+            }
+            if ((lane & 3) == 0) sm1[r0] = m_b[0], sm1[r0 + 8] = m_b[1];
+            named_barrier_arrive(kBarM1, 2 * kWgThreads);
+            scale_o(o, f);
+            float l_b[2] = {0.f, 0.f};
+            if (has_b) {
+#pragma unroll
+                for (int h = 0; h < 2; h++) mu[h] = m_b[h] == -inf_f32() ? 0.f : m_b[h];
+                exp_rows(s, mu, l_b);
+                store_p<kF16>(smem + kSmemP1, s, wm, lane);
+                fence_proxy_async_shared();
+                named_barrier_arrive(kBarP1, 2 * kWgThreads);
+                p_fragments<kF16>(s, pa);
+            }
+            named_barrier_sync(kBarP0, 2 * kWgThreads);
+            fence_proxy_async_shared();  // K0 pieces 4-7, seen through warpgroup 0
+            wgmma_fence();
+            pv_issue_ss<kF16>(o, base + kSmemP0, k0, 1);
+            wgmma_commit_group();
+            wgmma_wait_group<0>();
+            reg_fence(o);
+            if (next_a) {
+                named_barrier_arrive(kBarP0Free, 2 * kWgThreads);
+                load_pieces<kVPieces, kPieces>(p, k0, bar0, nx.a, wt);  // V0_R consumed
+            }
+            // beta = 2^(m_a - m_b) brings O_R and l to the pair's final max.
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                f[h] = m_a[h] == -inf_f32() ? 1.f : ex2(m_a[h] - m_b[h]);
+                st.l[h] = st.l[h] * f[h] + l_b[h];
+            }
+            scale_o(o, f);
+            if (has_b) {
+                wgmma_fence();
+                pv_issue_rs<kF16>(o, pa, k1, 1);
+                wgmma_commit_group();
+                wgmma_wait_group<0>();
+                reg_fence(o);
+                if (next_b) load_pieces<kVPieces, kPieces>(p, k1, bar1, nx.b, wt);  // V1_R consumed
+            }
+            if (next_b) {
+                qk_tile<kF16>(s, q8, q, k1, bar1, phase[1]);
+                phase[1] ^= 1;
+            }
+        }
+    }
+
+    // Row sums of both warpgroups, then each stores its half of O.
+    const float l0 = quad_sum(st.l[0]), l1 = quad_sum(st.l[1]);
+    if ((lane & 3) == 0) red[wg * kBlockM + r0] = l0, red[wg * kBlockM + r0 + 8] = l1;
+    __syncthreads();
+    st.l[0] = red[r0] + red[kBlockM + r0];
+    st.l[1] = red[r0 + 8] + red[kBlockM + r0 + 8];
+    __syncthreads();
+    store_rows<kKV>(p, o, st, req, g, m, rows, direct, slot, 1.f, wm, wg, lane);
 }
 
 }  // namespace sm90
@@ -168,32 +466,47 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(const DecodePa
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
     const int part = blockIdx.x, g = blockIdx.y, m = blockIdx.z;
+    const int lane = threadIdx.x & 31, wm = (threadIdx.x >> 5) & 3;
     const int *rec = p.sched + (long long)part * kRecordInts;
     const int begin_req = rec[kBeginReq], end_req = min(rec[kEndReq], p.b - 1);
     const int cu = rec[kChunkUnits];
     const int rows = p.s_q * p.heads_per_kv;
+    const unsigned base = smem_addr(smem);
+    if (threadIdx.x < 2 * sm90::kPieces)
+        mbarrier_init(base + sm90::kSmemBar + threadIdx.x * 8, sm90::kWgThreads);
+    __syncthreads();
+    unsigned phase[2] = {0, 0};  // parity of the next phase of the K0 / K1 mbarriers
     for (int req = max(begin_req, 0); req <= end_req; req++) {
         const int len = max(p.seqlens[req], 0);
         const int lo = req == begin_req ? max(rec[kBeginUnit], 0) : 0;
         const int hi = req == end_req ? rec[kEndUnit] : units_of(len);
         const int split0 = p.num_splits[req], n_splits = p.num_splits[req + 1] - split0;
         int chunk = req == begin_req ? rec[kBeginChunk] : 0;
-        sm90::load_q_tile90(p, smem_addr(smem) + sm90::kSmemQ90, req, g, m, rows);
+        // Q to shared memory, its piece 8 (columns 512-575) to registers; piece 8 is then sP1.
+        sm90::load_q_tile90(p, base + sm90::kSmemQ90, req, g, m, rows);
         cp_async_commit();
+        cp_async_wait<0>();
+        fence_proxy_async_shared();
+        __syncthreads();
+        unsigned q8[4][4];
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            ldmatrix_x4(base + sm90::tile_off(wm * 16 + (lane & 15), 64 + 2 * k + (lane >> 4)),
+                        q8[k]);
+        __syncthreads();
         for (int u0 = lo; u0 < hi;) {
             const int u1 = cu > 0 ? min(hi, (u0 / cu + 1) * cu) : hi;
             if (cu > 0) chunk = u0 / cu;
             const int slot = split0 + chunk;
             const bool direct = n_splits == 1;
             if (direct || (slot >= 0 && slot < p.split_cap))
-                sm90::attend_chunk90<kKV, kPageClass, kCausal>(p, smem, req, g, m, rows, len,
-                                                               u0 * kBlockN,
+                sm90::attend_chunk90<kKV, kPageClass, kCausal>(p, smem, q8, phase, req, g, m, rows,
+                                                               len, u0 * kBlockN,
                                                                min(u1 * kBlockN, len), direct,
                                                                slot);
             chunk++, u0 = u1;
         }
-        cp_async_wait<0>();
-        __syncthreads();  // Q consumed before the next request's Q lands
+        __syncthreads();  // Q (and sP1) consumed before the next request's Q lands
     }
 }
 
