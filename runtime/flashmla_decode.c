@@ -4,7 +4,6 @@
  * sm_90a runs for 16-bit KV). */
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/flashmla_kinds.h"
@@ -333,13 +332,17 @@ static void fill_decode_params(const mla_flash_with_kvcache_args *a, const dims 
     p->max_blocks = d->max_blocks, p->num_blocks = d->num_blocks;
     p->num_parts = d->parts, p->split_cap = (int)d->split_cap;
     p->scale_log2 = d->scale_log2;
+    p->page_shift = -1;
+    for (int sh = 0; sh < 31; sh++)
+        if (d->page == 1 << sh) p->page_shift = sh;
 }
 
 static mla_status launch_decode(mla_runtime *rt, const mla__flashmla_decode_params *p,
                                 const dims *d, CUstream stream) {
     static const char *const names[] = {"kv_dtype", "page_class", "causal"};
     const long long values[] = {d->kv, d->page % MLA__FLASHMLA_UNIT_KEYS == 0, d->causal};
-    const char *kind = mla__flashmla_decode_kind(rt->arch, d->kv, getenv("MLAJIT_FLASHMLA_DECODE"));
+    const char *kind = mla__flashmla_decode_kind(rt->arch, d->kv,
+                                                 rt->flashmla_decode_portable ? "portable" : NULL);
     const mla__kernel *k = NULL;
     MLA_FORWARD_IF_ERROR(get_kernel(rt, kind, names, values, 3, &k));
     long long q_rows = (long long)d->s_q * (d->h_q / d->h_kv);

@@ -82,7 +82,7 @@ typedef struct mla__flashmla_decode_params {
     CUdeviceptr lse, o_accum, lse_accum;
     int b, s_q, h_q, h_kv, heads_per_kv, page_size, max_blocks, num_blocks, num_parts, split_cap;
     float scale_log2;
-    int pad;
+    int page_shift; /* log2(page_size) when a power of two, else -1 */
 } mla__flashmla_decode_params;
 
 typedef struct mla__flashmla_combine_params {

@@ -293,6 +293,8 @@ struct mla_runtime {
     int cc;                        /* major * 10 + minor */
     char device_name[256];
     char no_device_reason[512];    /* why has_device is 0 */
+    int flashmla_decode_portable;  /* $MLAJIT_FLASHMLA_DECODE was "portable" at create: the dense
+                                      FlashMLA decode runs the portable kernel on sm_90a too */
     pthread_mutex_t lock;          /* guards the table */
     pthread_mutex_t sources_lock;  /* guards sources */
     mla__table_slot *table;        /* open addressing, capacity a power of two */

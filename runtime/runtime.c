@@ -126,6 +126,16 @@ static mla_status open_device(mla_runtime *rt) {
     return MLA_OK;
 }
 
+/* $MLAJIT_FLASHMLA_DECODE, read here once so that no call reads the environment: "portable"
+ * forces the portable dense decode kernel; any other value is ignored with a warning. */
+static void resolve_flashmla_decode(mla_runtime *rt) {
+    const char *v = env("MLAJIT_FLASHMLA_DECODE");
+    rt->flashmla_decode_portable = v && !strcmp(v, "portable");
+    if (v && !rt->flashmla_decode_portable)
+        mla__log(rt, MLA_LOG_WARN, "MLAJIT_FLASHMLA_DECODE: expected \"portable\" or unset, got "
+                 "\"%s\": ignored", v);
+}
+
 /* Copies the options and resolves what they leave to the environment. */
 static mla_status apply_options(mla_runtime *rt, const mla_options *options) {
     mla_options_init(&rt->options);
@@ -149,6 +159,7 @@ static mla_status apply_options(mla_runtime *rt, const mla_options *options) {
     rt->options.arch = rt->options.cache_dir = rt->options.kernel_dir = NULL;
     resolve_cache_dir(rt, options ? options->cache_dir : NULL);
     resolve_cuda_home(rt);
+    resolve_flashmla_decode(rt);
     return MLA_OK;
 }
 

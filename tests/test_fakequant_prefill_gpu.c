@@ -2,13 +2,15 @@
  * tests/ref/fakequant_ref.c, with the tolerances of spec/fakequant.md §5: no quant vs the plain
  * masked-softmax reference [rtol = atol = 5e-3]; quantized modes, mixes and N:M vs the oracle of
  * the same block_n schedule [rtol 5e-3, atol 2e-2]; lse within 1e-3 and -inf exactly where the
- * reference has it. Covers MHA and GQA 8/2, head dims 192/128, 64/32, 576/512, varlen lengths off
- * the 16-grid with empty sequences (q_len 0, k_len 0), causal suffix and non-causal, causal rows
- * with no visible key, max_seqlen_q smaller than the real maximum, block_n 16..128, and q with a
- * padded token stride. Properties: N:M keeps exactly the top N under ties for M = 4 and every tie
- * for M = 8, sink/recent/single-row exemptions (one-hot v makes the kept set visible), the 2-chunk
- * LSE merge equals the single shot, block_n and amax change quantized results, and all-NVFP4 stays
- * close to dense [cos > 0.98]. Reproduce a failure with MLAJIT_TEST_SEED=<seed in the message>. */
+ * reference has it. N:M rows whose selection is a near-tie within the fp32 bound are left out
+ * (mlt_pf_nm_unsure, under 1 % of the groups). Covers MHA and GQA 8/2, head dims 192/128, 64/32,
+ * 576/512, varlen lengths off the 16-grid with empty sequences (q_len 0, k_len 0), causal suffix
+ * and non-causal, causal rows with no visible key, max_seqlen_q smaller than the real maximum,
+ * block_n 16..128, and q with a padded token stride. Properties: N:M keeps exactly the top N
+ * under ties for M = 4 and every tie for M = 8, sink/recent/single-row exemptions (one-hot v makes
+ * the kept set visible), the 2-chunk LSE merge equals the single shot, block_n and amax change
+ * quantized results, and all-NVFP4 stays close to dense [cos > 0.98]. Reproduce a failure with
+ * MLAJIT_TEST_SEED=<seed in the message>. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <math.h>
@@ -113,6 +115,28 @@ static void run_case(mla_runtime *rt, const mlt_pf_case *c, uint64_t seed, doubl
               (unsigned long long)seed, msg);
 }
 
+/* The rows (skip[t * heads + h], token t, head h) of an N:M case with a group whose selection is
+ * a near-tie that fp32 and float64 may legitimately break differently (mlt_pf_nm_unsure, the
+ * guard of nm_exemptions_exact): such groups must stay under 1 %. NULL without N:M. */
+static unsigned char *nm_unsure_rows(const mlt_pf_case *c, const mlt_pf_run *r, uint64_t seed) {
+    if (!c->sparsity_n) return NULL;
+    int kstride = 1;
+    for (int b = 0; b < c->nseq; b++) kstride = c->k_lens[b] > kstride ? c->k_lens[b] : kstride;
+    size_t rows = (size_t)r->total_q * c->heads;
+    unsigned char *unsure = calloc(rows * kstride + 1, 1), *skip = calloc(rows + 1, 1);
+    long groups, ambiguous;
+    cr_assert(unsure && skip && mlt_pf_nm_unsure(c, r, kstride, unsure, &groups, &ambiguous) == 0,
+              "%s: N:M near-ties", c->name);
+    cr_log_info("%s seed %llu: %ld of %ld N:M groups near-tied within the fp32 bound", c->name,
+                (unsigned long long)seed, ambiguous, groups);
+    cr_assert(groups > 0 && ambiguous * 100 < groups, "%s seed %llu: %ld of %ld N:M groups "
+              "near-tied within the fp32 bound (at most 1 %% expected)", c->name,
+              (unsigned long long)seed, ambiguous, groups);
+    for (size_t j = 0; j < rows * kstride; j++) skip[j / kstride] |= unsure[j];
+    free(unsure);
+    return skip;
+}
+
 ParameterizedTest(mlt_pf_case *c, fakequant_prefill_gpu, sweep) {
     mla_runtime *rt = gpu_or_skip();
     uint64_t seed = mlt_seed();
@@ -120,7 +144,9 @@ ParameterizedTest(mlt_pf_case *c, fakequant_prefill_gpu, sweep) {
     run_case(rt, c, seed, 4.0, &r);
     int quant = c->q || c->k || c->p || c->v;
     if (!quant && !c->sparsity_n) expect_ref(c, &r, 1, 5e-3, 5e-3, seed);
-    expect_ref(c, &r, 0, quant ? 2e-2 : 5e-3, 5e-3, seed);
+    unsigned char *skip = nm_unsure_rows(c, &r, seed);
+    expect_ref_rows(c, &r, 0, quant ? 2e-2 : 5e-3, 5e-3, seed, skip);
+    free(skip);
     mlt_pf_free(&r);
     mla_runtime_destroy(rt);
 }

@@ -13,7 +13,9 @@
  * with new cache_seqlens. Reproduce a failure with MLAJIT_TEST_SEED=<seed from the message>.
  * Where the runtime picks the sm_90a wgmma decode (bf16/fp16 on an H100/H200), each sweep case
  * runs twice on the same inputs: on the wgmma kernel ("[sm90]" in messages), then on the portable
- * one forced by MLAJIT_FLASHMLA_DECODE=portable ("[portable]"). */
+ * one through a second runtime created with MLAJIT_FLASHMLA_DECODE=portable ("[portable]"; the
+ * variable is read at runtime creation only). After each run the runtime's kernel table must hold
+ * the decode kind that run was meant to use and no other. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <stdio.h>
@@ -224,8 +226,7 @@ static void check_results(mla_runtime *rt, mlt_fm_data *d, const mlt_fm_dev *v, 
     cr_assert(!mlt_fm_download(rt, d, v, &got, msg, sizeof msg), "%s", msg);
     assert_schedule(rt, d, v);
     mlt_fm_reference(d, &want);
-    int fmt = d->c.kv == MLR_FLASHMLA_FP16 ? MLR_FLASHMLA_FP16 : MLR_FLASHMLA_BF16;
-    cr_assert(!mlt_fm_compare(&got, &want, fmt, msg, sizeof msg), "%s%s seed %llu (P=%d): %s",
+    cr_assert(!mlt_fm_compare(d, &got, &want, msg, sizeof msg), "%s%s seed %llu (P=%d): %s",
               d->c.name, what, (unsigned long long)d->seed, v->parts, msg);
     mlt_fm_result_free(&got), mlt_fm_result_free(&want);
 }
@@ -238,24 +239,66 @@ static void run_and_check(mla_runtime *rt, mlt_fm_data *d, mlt_fm_dev *v, CUstre
     check_results(rt, d, v, what);
 }
 
+/* A GPU runtime created with $MLAJIT_FLASHMLA_DECODE set to value (unset for NULL), which the
+ * runtime reads at creation only; the variable is restored before returning. 0 without a GPU. */
+static int runtime_with_decode_env(const char *value, mla_runtime **rt) {
+    static const char name[] = "MLAJIT_FLASHMLA_DECODE";
+    const char *old = getenv(name);
+    char *saved = old ? strdup(old) : NULL;
+    cr_assert(!old || saved, "out of host memory");
+    cr_assert((value ? setenv(name, value, 1) : unsetenv(name)) == 0, "set %s", name);
+    int ok = mlt_gpu_runtime(rt);
+    cr_assert((saved ? setenv(name, saved, 1) : unsetenv(name)) == 0, "restore %s", name);
+    free(saved);
+    return ok;
+}
+
+/* Kernels of kind loaded in rt (its kernel table). */
+static int loaded_of_kind(const mla_runtime *rt, const char *kind) {
+    int n = 0;
+    for (size_t i = 0; i < rt->table_cap; i++)
+        if (rt->table[i].kernel && !strcmp(rt->table[i].spec.kernel, kind)) n++;
+    return n;
+}
+
+/* The dense decode rt ran was of kind want, and never of the other kind. */
+static void assert_decode_kind(const mla_runtime *rt, const char *name, const char *want,
+                               const char *what) {
+    const char *other = strcmp(want, "flashmla_decode") ? "flashmla_decode"
+                                                        : "flashmla_decode_sm90";
+    cr_assert(loaded_of_kind(rt, want) >= 1 && loaded_of_kind(rt, other) == 0, "%s%s: expected "
+              "the decode to run %s only, the runtime loaded %d %s and %d %s kernels", name, what,
+              want, loaded_of_kind(rt, want), want, loaded_of_kind(rt, other), other);
+}
+
 ParameterizedTest(mlt_fm_case *c, flashmla_gpu, sweep) {
-    mla_runtime *rt;
-    if (!mlt_gpu_runtime(&rt)) cr_skip_test("no CUDA device");
+    mla_runtime *rt, *portable = NULL;
+    if (!runtime_with_decode_env(NULL, &rt)) cr_skip_test("no CUDA device");
+    cr_assert(!rt->flashmla_decode_portable, "a runtime created without MLAJIT_FLASHMLA_DECODE "
+              "forces the portable decode");
     char msg[512];
     mlt_fm_data d;
     mlt_fm_dev v;
     cr_assert(!mlt_fm_data_make(c, mlt_seed(), &d, msg, sizeof msg), "%s", msg);
     cr_assert(!mlt_fm_dev_create(rt, &d, &v, msg, sizeof msg), "%s", msg);
     /* kv kinds: MLR_FLASHMLA_* == MLA__FLASHMLA_KV_* */
-    if (strcmp(mla__flashmla_decode_kind(rt->arch, c->kv, NULL), "flashmla_decode")) {
-        cr_assert(unsetenv("MLAJIT_FLASHMLA_DECODE") == 0);
+    const char *kind = mla__flashmla_decode_kind(rt->arch, c->kv, NULL);
+    if (strcmp(kind, "flashmla_decode")) {
         run_and_check(rt, &d, &v, NULL, " [sm90]");
-        cr_assert(setenv("MLAJIT_FLASHMLA_DECODE", "portable", 1) == 0);
+        assert_decode_kind(rt, c->name, kind, " [sm90]");
+        /* Both runtimes share the device's primary context, so v's buffers serve both. */
+        cr_assert(runtime_with_decode_env("portable", &portable) && portable != rt,
+                  "%s: a second runtime with MLAJIT_FLASHMLA_DECODE=portable: %s", c->name,
+                  mla_last_error());
+        cr_assert(portable->flashmla_decode_portable, "%s: MLAJIT_FLASHMLA_DECODE=portable at "
+                  "creation must force the portable decode", c->name);
         cr_assert(!mlt_fm_poison_outputs(rt, &d, &v, msg, sizeof msg), "%s", msg);
-        run_and_check(rt, &d, &v, NULL, " [portable]");
-        cr_assert(unsetenv("MLAJIT_FLASHMLA_DECODE") == 0);
+        run_and_check(portable, &d, &v, NULL, " [portable]");
+        assert_decode_kind(portable, c->name, "flashmla_decode", " [portable]");
+        mla_runtime_destroy(portable);
     } else {
         run_and_check(rt, &d, &v, NULL, "");
+        assert_decode_kind(rt, c->name, kind, "");
     }
     mlt_fm_dev_destroy(rt, &v);
     mlt_fm_data_free(&d);

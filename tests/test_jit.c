@@ -316,6 +316,71 @@ Test(jit_runtime, bad_options_are_rejected) {
     cr_expect_eq(mla_runtime_create(NULL, NULL), MLA_ERR_INVALID_ARGUMENT, "out NULL");
 }
 
+/* Warnings about $MLAJIT_FLASHMLA_DECODE received by the log callback, and the last one. */
+static int decode_env_warnings;
+static char decode_env_msg[512];
+static void record_decode_env(void *user, mla_log_level level, const char *msg) {
+    if (level != MLA_LOG_WARN || !strstr(msg, "MLAJIT_FLASHMLA_DECODE")) return;
+    decode_env_warnings++;
+    snprintf(decode_env_msg, sizeof decode_env_msg, "%s", msg);
+}
+
+/* A no_device sm_90a runtime created with $MLAJIT_FLASHMLA_DECODE set to value (unset for NULL);
+ * the variable is unset again before returning. */
+static mla_runtime *runtime_with_decode_env(const char *value) {
+    cr_assert_eq(value ? setenv("MLAJIT_FLASHMLA_DECODE", value, 1)
+                       : unsetenv("MLAJIT_FLASHMLA_DECODE"), 0, "set MLAJIT_FLASHMLA_DECODE");
+    mla_options o;
+    mla_options_init(&o);
+    o.no_device = 1;
+    o.arch = "sm_90a";
+    o.cache_dir = "";
+    o.log = record_decode_env;
+    decode_env_warnings = 0;
+    decode_env_msg[0] = '\0';
+    mla_runtime *rt = NULL;
+    mla_status s = mla_runtime_create(&o, &rt);
+    cr_assert_eq(unsetenv("MLAJIT_FLASHMLA_DECODE"), 0, "unset MLAJIT_FLASHMLA_DECODE");
+    cr_assert_eq(s, MLA_OK, "MLAJIT_FLASHMLA_DECODE=%s: mla_runtime_create: %s",
+                 value ? value : "(unset)", mla_last_error());
+    return rt;
+}
+
+/* $MLAJIT_FLASHMLA_DECODE is read once, when the runtime is created: "portable" forces the
+ * portable dense decode; unset or empty does not; any other value still creates the runtime, is
+ * ignored and is reported by one warning that names it. Changing the variable afterwards leaves
+ * the runtime as it was. */
+Test(jit_runtime, flashmla_decode_env_read_at_create) {
+    static const struct {
+        const char *value;
+        int portable, warns;
+    } rows[] = {
+        {NULL, 0, 0}, {"", 0, 0}, {"portable", 1, 0}, {"bogus", 0, 1}, {"PORTABLE", 0, 1},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        const char *shown = rows[i].value ? rows[i].value : "(unset)";
+        mla_runtime *rt = runtime_with_decode_env(rows[i].value);
+        cr_expect_eq(rt->flashmla_decode_portable, rows[i].portable,
+                     "MLAJIT_FLASHMLA_DECODE=%s: portable decode %d, expected %d", shown,
+                     rt->flashmla_decode_portable, rows[i].portable);
+        cr_expect_eq(decode_env_warnings, rows[i].warns, "MLAJIT_FLASHMLA_DECODE=%s: %d "
+                     "warnings, expected %d (last: %s)", shown, decode_env_warnings,
+                     rows[i].warns, decode_env_msg);
+        if (rows[i].warns)
+            cr_expect(strstr(decode_env_msg, rows[i].value) && strstr(decode_env_msg, "portable"),
+                      "the warning names the value and what is expected: %s", decode_env_msg);
+        mla_runtime_destroy(rt);
+    }
+    mla_runtime *forced = runtime_with_decode_env("portable");
+    mla_runtime *plain = runtime_with_decode_env(NULL);
+    cr_assert_eq(setenv("MLAJIT_FLASHMLA_DECODE", "portable", 1), 0, "setenv");
+    cr_expect(forced->flashmla_decode_portable && !plain->flashmla_decode_portable,
+              "a later change of MLAJIT_FLASHMLA_DECODE must not change existing runtimes");
+    cr_assert_eq(unsetenv("MLAJIT_FLASHMLA_DECODE"), 0, "unsetenv");
+    mla_runtime_destroy(forced);
+    mla_runtime_destroy(plain);
+}
+
 Test(jit_runtime, status_strings) {
     cr_expect_str_eq(mla_status_string(MLA_OK), "success", "MLA_OK");
     cr_expect_str_eq(mla_status_string(MLA_ERR_NO_DEVICE), "no CUDA driver or device", "NO_DEVICE");

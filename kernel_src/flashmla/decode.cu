@@ -67,6 +67,11 @@ template <> struct KvTraits<2> { static constexpr bool kF16 = true, kFp8 = true,
 
 // ---- loads ------------------------------------------------------------------------------------
 
+// Page of key t (t / page_size; a shift when the page size is a power of two).
+__device__ __forceinline__ int page_of(const DecodeParams &p, int t) {
+    return p.page_shift >= 0 ? t >> p.page_shift : t / p.page_size;
+}
+
 // Address of key t (t < len) of kv head g of request req, or null when its page is out of range.
 template <int kKV, int kPageClass>
 __device__ __forceinline__ const unsigned char *key_row(const DecodeParams &p, int req, int g,
@@ -74,10 +79,10 @@ __device__ __forceinline__ const unsigned char *key_row(const DecodeParams &p, i
     constexpr int kElemBytes = KvTraits<kKV>::kFp8 ? 1 : 2;
     int page, row;
     if constexpr (kPageClass == 1) {
-        page = tile_t0 / p.page_size;
+        page = page_of(p, tile_t0);
         row = tile_t0 - page * p.page_size + (t - tile_t0);
     } else {
-        page = t / p.page_size;
+        page = page_of(p, t);
         row = t - page * p.page_size;
     }
     if (page >= p.max_blocks) return nullptr;

@@ -21,12 +21,13 @@
 //   both: beta = 2^(m_a - m_b); O, l *= beta (after their first product);
 //   WG0: O_L += sP1 V1_L;  WG1: O_R += P1 V1_R (registers), l += rowsum P1
 // then each computes the S of its next tile. Named barriers order the exchanges (M0, M1: the row
-// maxima; P0, P1: the P tiles; P0_FREE: sP0 read). A buffer's column pieces are refilled as soon as their last
-// reader is done: K0 pieces 0-3 (V0_L) by warpgroup 0 after O_L += P0 V0_L, pieces 4-8 by
-// warpgroup 1 after O_R += sP0 V0_R; K1 pieces 0-3 by warpgroup 0 after O_L += sP1 V1_L, pieces
-// 4-8 by warpgroup 1 after O_R += P1 V1_R. Loads are cp.async (any page size, zero fill past the
-// chunk), each piece completing an mbarrier (count 128) through cp.async.mbarrier.arrive; the QK
-// product waits piece by piece.
+// maxima; P0, P1: the P tiles; P0_FREE: sP0 read). A buffer's column pieces are refilled as soon
+// as their last reader is done: K0 pieces 0-3 (V0_L) by warpgroup 0 after O_L += P0 V0_L, pieces
+// 4-8 by warpgroup 1 after O_R += sP0 V0_R; K1 pieces 0-3 by warpgroup 0 after O_L += sP1 V1_L,
+// pieces 4-8 by warpgroup 1 after O_R += P1 V1_R. Loads are cp.async in whole 128-byte lines (any
+// page size, zero fill past the chunk), each piece completing an mbarrier (count 128) through
+// cp.async.mbarrier.arrive; the block-table entries of a pair's tiles are read one pair ahead. The
+// QK product waits piece by piece.
 //
 // S[64 x 64] is 36 wgmma.m64n64k16: 32 with Q from shared memory, the last 4 (Q columns 512-575)
 // with Q from registers, loaded once per request, so that Q's piece 8 holds sP1. O += P V is
@@ -101,13 +102,33 @@ __device__ __forceinline__ void load_q_tile90(const DecodeParams &p, unsigned ds
         cp_async_16(dst + tile_off(r, c), src + c * 16, valid);
 }
 
-// Address of the key row thread wt (of a warpgroup) copies for the tile at t0: row wt / 2; null
-// when the key is past the chunk (t >= t_stop) or its page is out of range (zero fill).
+// The key row thread wt (of a warpgroup) supplies for the tile at t0 (row wt / 2): its block
+// (-1: past the chunk, t >= t_stop, or page out of range) and its row in the page. The block-table
+// read is issued here and used only by row_src, so fetching a tile ahead hides its latency.
+struct RowRef {
+    int blk, row;
+};
+
 template <int kPageClass>
-__device__ __forceinline__ const unsigned char *tile_row_src(const DecodeParams &p, int req, int g,
-                                                             int t0, int t_stop, int wt) {
+__device__ __forceinline__ RowRef fetch_row(const DecodeParams &p, int req, int t0, int t_stop,
+                                            int wt) {
     const int t = t0 + (wt >> 1);
-    return t < t_stop ? key_row<0, kPageClass>(p, req, g, t, t0) : nullptr;
+    RowRef r = {-1, 0};
+    if (t < t_stop) {
+        const int tp = kPageClass == 1 ? t0 : t;  // a tile of page class 1 lies in one page
+        const int page = page_of(p, tp);
+        r.row = t - page * p.page_size;
+        if (page < p.max_blocks) r.blk = p.block_table[(long long)req * p.bt_stride + page];
+    }
+    return r;
+}
+
+// Address of a fetched row of kv head g, or null (zero fill).
+__device__ __forceinline__ const unsigned char *row_src(const DecodeParams &p, int g, RowRef r) {
+    if (r.blk < 0 || r.blk >= p.num_blocks) return nullptr;
+    const long long e = (long long)r.blk * p.k_stride_block + (long long)r.row * p.k_stride_tok +
+                        (long long)g * p.k_stride_head;
+    return static_cast<const unsigned char *>(p.k) + e * 2;
 }
 
 // cp.async of pieces [kLo, kHi) of one tile by the 128 threads of a warpgroup, each piece arriving
@@ -276,14 +297,10 @@ __device__ __forceinline__ void scale_o(float (&o)[32][4], const float (&f)[2]) 
         o[jt][0] *= f[0], o[jt][1] *= f[0], o[jt][2] *= f[1], o[jt][3] *= f[1];
 }
 
-// The tiles' row sources of the next pair (tiles t0 + 128 and t0 + 192) for this thread.
-struct NextRows {
-    const unsigned char *a, *b;
-};
-
 // Attention of the CTA's rows over keys [t_begin, t_end) of request req. Q and Q8 are in place.
 template <int kKV, int kPageClass, bool kCausal>
-__device__ void attend_chunk90(const DecodeParams &p, unsigned char *smem, const unsigned (&q8)[4][4],
+__device__ void attend_chunk90(const DecodeParams &p, unsigned char *smem,
+                               const unsigned (&q8)[4][4],
                                unsigned (&phase)[2], int req, int g, int m, int rows, int len,
                                int t_begin, int t_end, bool direct, int slot) {
     constexpr bool kF16 = KvTraits<kKV>::kF16;
@@ -306,10 +323,10 @@ __device__ void attend_chunk90(const DecodeParams &p, unsigned char *smem, const
 
     // Prologue: tiles 0 and 1; warpgroup 0 loads pieces 0-3 of both, warpgroup 1 pieces 4-8.
     if (n_tiles > 0) {
-        const unsigned char *ra = tile_row_src<kPageClass>(p, req, g, t_begin, t_stop, wt);
+        const unsigned char *ra =
+            row_src(p, g, fetch_row<kPageClass>(p, req, t_begin, t_stop, wt));
         const unsigned char *rb =
-            n_tiles > 1 ? tile_row_src<kPageClass>(p, req, g, t_begin + kBlockN, t_stop, wt)
-                        : nullptr;
+            row_src(p, g, fetch_row<kPageClass>(p, req, t_begin + kBlockN, t_stop, wt));
         if (wg == 0) {
             load_pieces<0, kVPieces>(p, k0, bar0, ra, wt);
             if (n_tiles > 1) load_pieces<0, kVPieces>(p, k1, bar1, rb, wt);
@@ -330,10 +347,9 @@ __device__ void attend_chunk90(const DecodeParams &p, unsigned char *smem, const
         const int ta = t_begin + it * kBlockN, tb = ta + kBlockN;
         const bool has_b = it + 1 < n_tiles;
         const bool next_a = it + 2 < n_tiles, next_b = it + 3 < n_tiles;
-        // The next pair's row sources, fetched early (block-table reads off the critical path).
-        NextRows nx;
-        nx.a = next_a ? tile_row_src<kPageClass>(p, req, g, ta + 2 * kBlockN, t_stop, wt) : nullptr;
-        nx.b = next_b ? tile_row_src<kPageClass>(p, req, g, tb + 2 * kBlockN, t_stop, wt) : nullptr;
+        // The next pair's block-table entries, fetched a pair ahead of their loads.
+        const RowRef na = fetch_row<kPageClass>(p, req, ta + 2 * kBlockN, t_stop, wt);
+        const RowRef nb = fetch_row<kPageClass>(p, req, tb + 2 * kBlockN, t_stop, wt);
         if (wg == 0) {
             scale_mask64(s, limit, p.scale_log2, ta, lane);
             float mx[2], m_a[2], mu[2], f[2];
@@ -368,7 +384,8 @@ __device__ void attend_chunk90(const DecodeParams &p, unsigned char *smem, const
             }
             wgmma_wait_group<0>();
             reg_fence(o);
-            if (next_a) load_pieces<0, kVPieces>(p, k0, bar0, nx.a, wt);  // V0_L consumed
+            if (next_a)  // V0_L consumed
+                load_pieces<0, kVPieces>(p, k0, bar0, row_src(p, g, na), wt);
             scale_o(o, f);
             if (has_b) {
                 named_barrier_sync(kBarP1, 2 * kWgThreads);
@@ -378,7 +395,8 @@ __device__ void attend_chunk90(const DecodeParams &p, unsigned char *smem, const
                 wgmma_commit_group();
                 wgmma_wait_group<0>();
                 reg_fence(o);
-                if (next_b) load_pieces<0, kVPieces>(p, k1, bar1, nx.b, wt);  // V1_L consumed
+                if (next_b)  // V1_L consumed
+                    load_pieces<0, kVPieces>(p, k1, bar1, row_src(p, g, nb), wt);
             }
             if (next_a) {
                 qk_tile<kF16>(s, q8, q, k0, bar0, phase[0]);
@@ -422,7 +440,7 @@ __device__ void attend_chunk90(const DecodeParams &p, unsigned char *smem, const
             reg_fence(o);
             if (next_a) {
                 named_barrier_arrive(kBarP0Free, 2 * kWgThreads);
-                load_pieces<kVPieces, kPieces>(p, k0, bar0, nx.a, wt);  // V0_R consumed
+                load_pieces<kVPieces, kPieces>(p, k0, bar0, row_src(p, g, na), wt);  // V0_R read
             }
             // beta = 2^(m_a - m_b) brings O_R and l to the pair's final max.
 #pragma unroll
@@ -437,7 +455,8 @@ __device__ void attend_chunk90(const DecodeParams &p, unsigned char *smem, const
                 wgmma_commit_group();
                 wgmma_wait_group<0>();
                 reg_fence(o);
-                if (next_b) load_pieces<kVPieces, kPieces>(p, k1, bar1, nx.b, wt);  // V1_R consumed
+                if (next_b)  // V1_R consumed
+                    load_pieces<kVPieces, kPieces>(p, k1, bar1, row_src(p, g, nb), wt);
             }
             if (next_b) {
                 qk_tile<kF16>(s, q8, q, k1, bar1, phase[1]);

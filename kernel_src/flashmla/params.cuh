@@ -74,7 +74,7 @@ struct DecodeParams {
     int page_size, max_blocks, num_blocks;
     int num_parts, split_cap;
     float scale_log2;         // softmax_scale * log2(e) (descales not included)
-    int pad;
+    int page_shift;           // log2(page_size) when a power of two, else -1
 };
 static_assert(sizeof(DecodeParams) == 224, "DecodeParams must match the C mirror");
 

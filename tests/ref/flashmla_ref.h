@@ -62,5 +62,6 @@ int mlr_flashmla_allclose(const double *got, const double *want, size_t n, doubl
 #define MLR_FLASHMLA_OUT_COS 5e-6
 #define MLR_FLASHMLA_LSE_ABS 1e-6
 #define MLR_FLASHMLA_LSE_REL (8.01 / 65536)
+#define MLR_FLASHMLA_FP8_OUT_COS 1e-4 /* FlashMLA's dense fp8 test (spec §2) */
 
 #endif

@@ -357,8 +357,12 @@ void mlt_fm_reference(const mlt_fm_data *d, mlt_fm_result *r) {
     r->padding_written = 0;
 }
 
-int mlt_fm_compare(const mlt_fm_result *got, const mlt_fm_result *want, int out_format, char *msg,
-                   size_t size) {
+int mlt_fm_compare(const mlt_fm_data *d, const mlt_fm_result *got, const mlt_fm_result *want,
+                   char *msg, size_t size) {
+    const int fp8 = d->c.kv == MLR_FLASHMLA_E4M3;
+    const int out_format = d->c.kv == MLR_FLASHMLA_FP16 ? MLR_FLASHMLA_FP16 : MLR_FLASHMLA_BF16;
+    const double abs_tol = MLR_FLASHMLA_OUT_ABS * (fp8 ? 10.0 * d->descale[1] : 1.0);
+    const double cos_tol = fp8 ? MLR_FLASHMLA_FP8_OUT_COS : MLR_FLASHMLA_OUT_COS;
     double *rounded = malloc(want->n_out * sizeof *rounded);
     if (!rounded) return fail(msg, size, "out of host memory");
     for (size_t k = 0; k < want->n_out; k++) {
@@ -367,8 +371,8 @@ int mlt_fm_compare(const mlt_fm_result *got, const mlt_fm_result *want, int out_
         rounded[k] = mlr_flashmla_load(&v, out_format, 0);
     }
     char why[256];
-    int ok = mlr_flashmla_allclose(got->out, rounded, want->n_out, MLR_FLASHMLA_OUT_ABS,
-                                   MLR_FLASHMLA_OUT_REL, MLR_FLASHMLA_OUT_COS, why, sizeof why);
+    int ok = mlr_flashmla_allclose(got->out, rounded, want->n_out, abs_tol, MLR_FLASHMLA_OUT_REL,
+                                   cos_tol, why, sizeof why);
     free(rounded);
     if (!ok) return fail(msg, size, "out: %s", why);
     if (!mlr_flashmla_allclose(got->lse, want->lse, want->n_lse, MLR_FLASHMLA_LSE_ABS,

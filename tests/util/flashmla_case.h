@@ -93,8 +93,11 @@ int mlt_fm_download(mla_runtime *rt, const mlt_fm_data *d, const mlt_fm_dev *v, 
                     char *msg, size_t size);
 /* The float64 reference of the data. */
 void mlt_fm_reference(const mlt_fm_data *d, mlt_fm_result *r);
-/* Compares with the spec's tolerances (out rounded to its dtype first); 0 if close. */
-int mlt_fm_compare(const mlt_fm_result *got, const mlt_fm_result *want, int out_format, char *msg,
-                   size_t size);
+/* Compares with the spec's tolerances (out rounded to its dtype first); 0 if close. fp8 data
+ * (values of std 1 instead of 0.1, out scaled by descale_k) get the out abs tolerance scaled by
+ * 10 descale_k and FlashMLA's fp8 cosine bound (1e-4, spec §2): its out errors (16-bit P times
+ * V) scale with |V|. */
+int mlt_fm_compare(const mlt_fm_data *d, const mlt_fm_result *got, const mlt_fm_result *want,
+                   char *msg, size_t size);
 
 #endif
