@@ -25,9 +25,9 @@
 // as their last reader is done: K0 pieces 0-3 (V0_L) by warpgroup 0 after O_L += P0 V0_L, pieces
 // 4-8 by warpgroup 1 after O_R += sP0 V0_R; K1 pieces 0-3 by warpgroup 0 after O_L += sP1 V1_L,
 // pieces 4-8 by warpgroup 1 after O_R += P1 V1_R. Loads are cp.async in whole 128-byte lines (any
-// page size, zero fill past the chunk), each piece completing an mbarrier (count 128) through
-// cp.async.mbarrier.arrive; the block-table entries of a pair's tiles are read one pair ahead. The
-// QK product waits piece by piece.
+// page size, zero fill past the chunk), each warpgroup's share of a tile (pieces 0-3, 4-8)
+// completing an mbarrier (count 128) through cp.async.mbarrier.arrive; the block-table entries of
+// a pair's tiles are read one pair ahead. The QK product waits for pieces 0-3, then for 4-8.
 //
 // S[64 x 64] is 36 wgmma.m64n64k16: 32 with Q from shared memory, the last 4 (Q columns 512-575)
 // with Q from registers, loaded once per request, so that Q's piece 8 holds sP1. O += P V is
@@ -38,7 +38,7 @@
 // r * 128 + (((k % 64) / 8) ^ (r & 7)) * 16 + (k % 8) * 2 (the hardware 128-byte swizzle).
 //   Q 0 (73728; piece 8 = sP1 after Q8 is in registers), K0 73728, K1 147456, sP0 221184 (8192),
 //   sM0 229376 and sM1 229632 (64 floats each), row-sum exchange 229888 (2 x 64 floats),
-//   mbarriers 230400 (K0: 9, K1: 9); 230544 bytes + 1024 for alignment.
+//   mbarriers 230400 (K0: 2, K1: 2); 230432 bytes + 1024 for alignment.
 
 #include "common/mbarrier.cuh"
 #include "common/wgmma.cuh"
@@ -61,8 +61,8 @@ constexpr int kSmemM0 = kSmemP0 + kPieceBytes;
 constexpr int kSmemM1 = kSmemM0 + kBlockM * 4;
 constexpr int kSmemRed90 = kSmemM1 + kBlockM * 4;
 constexpr int kSmemBar = kSmemRed90 + 2 * kBlockM * 4;
-constexpr int kSmemUsed = kSmemBar + 2 * kPieces * 8;    // 230544
-constexpr int kSmemBytes90 = kSmemUsed + 1024;           // + alignment slack: 231568
+constexpr int kSmemUsed = kSmemBar + 2 * 2 * 8;          // 230432
+constexpr int kSmemBytes90 = kSmemUsed + 1024;           // + alignment slack: 231456
 static_assert(kSmemP0 % 1024 == 0 && kSmemP1 % 1024 == 0, "swizzle atoms 1024-aligned");
 static_assert(kSmemBar % 8 == 0, "mbarriers 8-aligned");
 static_assert(kTileBytes90 == kTileBytes, "same tile size as the portable kernel");
@@ -131,10 +131,11 @@ __device__ __forceinline__ const unsigned char *row_src(const DecodeParams &p, i
     return static_cast<const unsigned char *>(p.k) + e * 2;
 }
 
-// cp.async of pieces [kLo, kHi) of one tile by the 128 threads of a warpgroup, each piece arriving
-// on its mbarrier. Warp w copies its rows [16 w, 16 w + 16): per instruction 4 rows x 8 chunks,
-// whole 128-byte lines; thread wt computed the source of row wt / 2 (src, null: zero fill),
-// which the copying lanes read by shuffle.
+// cp.async of pieces [kLo, kHi) (0-3 or 4-8) of one tile by the 128 threads of a warpgroup,
+// arriving on the group's mbarrier (bars: pieces 0-3, bars + 8: pieces 4-8). Warp w copies its
+// rows [16 w, 16 w + 16): per instruction 4 rows x 8 chunks, whole 128-byte lines. Thread wt
+// computed the source of row wt / 2 (src, null: zero fill), which the copying lanes read by
+// shuffle.
 template <int kLo, int kHi>
 __device__ __forceinline__ void load_pieces(const DecodeParams &p, unsigned buf, unsigned bars,
                                             const unsigned char *src, int wt) {
@@ -157,8 +158,8 @@ __device__ __forceinline__ void load_pieces(const DecodeParams &p, unsigned buf,
                                            : static_cast<const unsigned char *>(p.k);
             cp_async_16(buf + pc * kPieceBytes + r[i] * 128 + ((ch ^ (r[i] & 7)) << 4), g, valid);
         }
-        cp_async_mbarrier_arrive_noinc(bars + pc * 8);
     }
+    cp_async_mbarrier_arrive_noinc(bars + (kLo == 0 ? 0 : 8));
 }
 
 // Hides v's value from the optimizer, so that descriptor sums derived from it are not hoisted
@@ -166,7 +167,7 @@ __device__ __forceinline__ void load_pieces(const DecodeParams &p, unsigned buf,
 __device__ __forceinline__ void opaque(unsigned long long &v) { asm volatile("" : "+l"(v)); }
 
 // S = Q K^T for the tile in buf (36 wgmma.m64n64k16, the last 4 with Q from registers), waiting
-// for each piece's mbarrier (phase `parity`) before its products; returns with S complete.
+// for each group's mbarrier (phase `parity`) before its products; returns with S complete.
 // Descriptors: the start address field is bits 0-13 of (address >> 4), so an offset below
 // 256 KiB is added to a descriptor as offset >> 4.
 template <bool kF16>
@@ -177,8 +178,10 @@ __device__ __forceinline__ void qk_tile(float (&s)[8][4], const unsigned (&q8)[4
     wgmma_fence();
 #pragma unroll
     for (int pc = 0; pc < kPieces - 1; pc++) {
-        mbarrier_wait_parity(bars + pc * 8, parity);
-        fence_proxy_async_shared();  // the piece's cp.async data, seen through the mbarrier
+        if (pc == 0 || pc == kVPieces) {
+            mbarrier_wait_parity(bars + (pc == 0 ? 0 : 8), parity);
+            fence_proxy_async_shared();  // the group's cp.async data, seen through the mbarrier
+        }
         unsigned long long qd = qd0, kd = kd0;
         opaque(qd), opaque(kd);
 #pragma unroll
@@ -187,8 +190,6 @@ __device__ __forceinline__ void qk_tile(float (&s)[8][4], const unsigned (&q8)[4
             wgmma_m64n64k16_ss<kF16, 0>(s, qd + off, kd + off, pc + k > 0);
         }
     }
-    mbarrier_wait_parity(bars + (kPieces - 1) * 8, parity);
-    fence_proxy_async_shared();
     unsigned long long kd = kd0;
     opaque(kd);
 #pragma unroll
@@ -231,13 +232,19 @@ __device__ __forceinline__ void pv_issue_ss(float (&o)[32][4], unsigned p_tile, 
 // e % 2, row e / 2 of the thread's two).
 __device__ __forceinline__ void scale_mask64(float (&s)[8][4], const int (&limit)[2], float scale,
                                              int t0, int lane) {
-    const bool full = t0 + kBlockN <= limit[0] && t0 + kBlockN <= limit[1];
+    if (__all_sync(0xffffffffu, t0 + kBlockN <= limit[0] && t0 + kBlockN <= limit[1])) {
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[j][e] *= scale;
+        return;
+    }
 #pragma unroll
     for (int j = 0; j < 8; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int c = t0 + 8 * j + 2 * (lane & 3) + (e & 1);
-            s[j][e] = full || c < limit[e >> 1] ? s[j][e] * scale : -inf_f32();
+            s[j][e] = c < limit[e >> 1] ? s[j][e] * scale : -inf_f32();
         }
 }
 
@@ -291,7 +298,10 @@ __device__ __forceinline__ void store_p(unsigned char *tile, const float (&s)[8]
         }
 }
 
+// O *= f (per row); skipped when f is 1 for every row of the warp (the running max unchanged, the
+// common case once a few tiles are in).
 __device__ __forceinline__ void scale_o(float (&o)[32][4], const float (&f)[2]) {
+    if (__all_sync(0xffffffffu, f[0] == 1.f && f[1] == 1.f)) return;
 #pragma unroll
     for (int jt = 0; jt < 32; jt++)
         o[jt][0] *= f[0], o[jt][1] *= f[0], o[jt][2] *= f[1], o[jt][3] *= f[1];
@@ -308,7 +318,7 @@ __device__ void attend_chunk90(const DecodeParams &p, unsigned char *smem,
     const int wt = threadIdx.x & (kWgThreads - 1);
     const unsigned base = smem_addr(smem);
     const unsigned q = base + kSmemQ90, k0 = base + kSmemK0, k1 = base + kSmemK1;
-    const unsigned bar0 = base + kSmemBar, bar1 = bar0 + kPieces * 8;
+    const unsigned bar0 = base + kSmemBar, bar1 = bar0 + 2 * 8;
     float *sm0 = reinterpret_cast<float *>(smem + kSmemM0);
     float *sm1 = reinterpret_cast<float *>(smem + kSmemM1);
     float *red = reinterpret_cast<float *>(smem + kSmemRed90);
@@ -491,7 +501,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(const DecodePa
     const int cu = rec[kChunkUnits];
     const int rows = p.s_q * p.heads_per_kv;
     const unsigned base = smem_addr(smem);
-    if (threadIdx.x < 2 * sm90::kPieces)
+    if (threadIdx.x < 4)
         mbarrier_init(base + sm90::kSmemBar + threadIdx.x * 8, sm90::kWgThreads);
     __syncthreads();
     unsigned phase[2] = {0, 0};  // parity of the next phase of the K0 / K1 mbarriers
