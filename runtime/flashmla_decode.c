@@ -4,6 +4,7 @@
  * sm_90a runs for 16-bit KV). */
 #include <math.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "runtime/flashmla_kinds.h"
@@ -337,17 +338,51 @@ static void fill_decode_params(const mla_flash_with_kvcache_args *a, const dims 
         if (d->page == 1 << sh) p->page_shift = sh;
 }
 
+/* The TMA descriptor of k_cache for the sm_90a kernel's page class 1: k_cache [num_blocks, page,
+ * h_kv, 576] as a 4-D tensor (innermost dimension first), boxes of 64 columns x 1 head x 64 keys x
+ * 1 page (one 64-column piece of a tile), 128-byte swizzle, out-of-range boxes read as zeros.
+ * Strides of dimensions of size 1 are free in the tensor and replaced by a valid one. Returns 0
+ * when the driver refuses the descriptor (the caller then runs the cp.async path). */
+static int encode_k_tma(mla_runtime *rt, const mla__flashmla_decode_params *p, const dims *d,
+                        CUtensorMap *map) {
+    const cuuint64_t row = MLA_FLASHMLA_HEAD_DIM * 2;
+    cuuint64_t dim[4] = {MLA_FLASHMLA_HEAD_DIM, (cuuint64_t)d->h_kv, (cuuint64_t)d->page,
+                         (cuuint64_t)d->num_blocks};
+    cuuint64_t stride[3] = {(cuuint64_t)p->k_stride_head * 2, (cuuint64_t)p->k_stride_tok * 2,
+                            (cuuint64_t)p->k_stride_block * 2};
+    for (int i = 0; i < 3; i++)
+        if (dim[i + 1] == 1) stride[i] = row;
+    const cuuint32_t box[4] = {64, 1, 64, 1}, estride[4] = {1, 1, 1, 1};
+    CUresult r = rt->drv.cuTensorMapEncodeTiled(
+        map, d->kv == MLA__FLASHMLA_KV_FP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                           : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        4, (void *)(uintptr_t)p->k, dim, stride, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        mla__log(rt, MLA_LOG_DEBUG, "flashmla decode: no TMA descriptor for k_cache (CUresult %d): "
+                 "cp.async loads", (int)r);
+    return r == CUDA_SUCCESS;
+}
+
 static mla_status launch_decode(mla_runtime *rt, const mla__flashmla_decode_params *p,
                                 const dims *d, CUstream stream) {
     static const char *const names[] = {"kv_dtype", "page_class", "causal"};
-    const long long values[] = {d->kv, d->page % MLA__FLASHMLA_UNIT_KEYS == 0, d->causal};
     const char *kind = mla__flashmla_decode_kind(rt->arch, d->kv,
                                                  rt->flashmla_decode_portable ? "portable" : NULL);
+    const int sm90 = !strcmp(kind, "flashmla_decode_sm90");
+    int page_class = d->page % MLA__FLASHMLA_UNIT_KEYS == 0;
+    /* The sm_90a kernel loads page class 1 tiles by TMA (the descriptor is its second
+     * parameter, passed by value, so graph capture keeps it). */
+    CUtensorMap map;
+    memset(&map, 0, sizeof map);
+    if (sm90 && page_class == 1 && !encode_k_tma(rt, p, d, &map)) page_class = 0;
+    const long long values[] = {d->kv, page_class, d->causal};
     const mla__kernel *k = NULL;
     MLA_FORWARD_IF_ERROR(get_kernel(rt, kind, names, values, 3, &k));
     long long q_rows = (long long)d->s_q * (d->h_q / d->h_kv);
     unsigned m_blocks = (unsigned)((q_rows + MLA__FLASHMLA_BLOCK_M - 1) / MLA__FLASHMLA_BLOCK_M);
-    void *args[] = {(void *)p};
+    void *args[] = {(void *)p, (void *)&map};
     return mla__launch(rt, k, (unsigned)d->parts, (unsigned)d->h_kv, m_blocks, stream, args);
 }
 

@@ -57,7 +57,8 @@ void mla__log(const mla_runtime *rt, mla_log_level level, const char *fmt, ...)
     X(cuMemcpyDtoHAsync) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)            \
     X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch)        \
     X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuEventCreate) X(cuEventDestroy)                  \
-    X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuPointerGetAttribute)
+    X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuPointerGetAttribute)        \
+    X(cuTensorMapEncodeTiled)
 
 typedef struct mla__driver {
     void *handle; /* dlopen handle of libcuda.so.1 */

@@ -1,6 +1,7 @@
-// Shared-memory barriers (mbarrier, PTX ISA 9.7.13.15) and named CTA barriers (bar.sync /
-// bar.arrive, 9.7.13.1), each PTX instruction wrapped once and named after it. sm_80 and later
-// (try_wait: sm_90 and later), so every target of the library.
+// Shared-memory barriers (mbarrier, PTX ISA 9.7.13.15), the TMA copies that complete on them
+// (cp.async.bulk.tensor, 9.7.9.25) and named CTA barriers (bar.sync / bar.arrive, 9.7.13.1), each
+// PTX instruction wrapped once and named after it. sm_80 and later (try_wait, expect_tx and TMA:
+// sm_90 and later), so every target of the library.
 //
 // An mbarrier counts arrivals of one phase; when the expected count is reached the phase
 // completes and the barrier's phase parity flips. A waiter names the parity of the phase it waits
@@ -23,6 +24,26 @@ __device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned count) {
 // cp.async have landed (noinc: the arrival is part of the count given at init).
 __device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(unsigned bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// mbarrier.arrive.expect_tx.shared::cta.b64: one arrival that also expects `bytes` more bytes of
+// asynchronous copies (cp.async.bulk complete_tx) before the phase can complete.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+
+// cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes: the TMA copy of
+// the box at coordinates (c0, c1, c2, c3) (innermost first; out-of-range parts read as zeros)
+// of the tensor described by tmap (a kernel parameter's address) to dst, completing its bytes on
+// bar.
+__device__ __forceinline__ void tma_load_4d(unsigned dst, const void *tmap, unsigned bar, int c0,
+                                            int c1, int c2, int c3) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, "
+        "{%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+        "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+        : "memory");
 }
 
 // mbarrier.try_wait.parity.shared::cta.b64 in a loop: returns once the phase of parity `parity`

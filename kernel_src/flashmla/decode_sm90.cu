@@ -24,10 +24,13 @@
 // maxima; P0, P1: the P tiles; P0_FREE: sP0 read). A buffer's column pieces are refilled as soon
 // as their last reader is done: K0 pieces 0-3 (V0_L) by warpgroup 0 after O_L += P0 V0_L, pieces
 // 4-8 by warpgroup 1 after O_R += sP0 V0_R; K1 pieces 0-3 by warpgroup 0 after O_L += sP1 V1_L,
-// pieces 4-8 by warpgroup 1 after O_R += P1 V1_R. Loads are cp.async in whole 128-byte lines (any
-// page size, zero fill past the chunk), each warpgroup's share of a tile (pieces 0-3, 4-8)
-// completing an mbarrier (count 128) through cp.async.mbarrier.arrive; the block-table entries of
-// a pair's tiles are read one pair ahead. The QK product waits for pieces 0-3, then for 4-8.
+// pieces 4-8 by warpgroup 1 after O_R += P1 V1_R. Each warpgroup's share of a tile (pieces 0-3,
+// 4-8) completes one mbarrier; the QK product waits for pieces 0-3, then for 4-8. Page class 1
+// (a tile in one page) loads by TMA (one thread, nine 64 x 64 boxes a tile, expect_tx on the
+// mbarrier; a kernel parameter holds the descriptor), and the V rows past the chunk of a partial
+// last tile are zeroed before P V (TMA reads the whole page). Page class 0 loads by cp.async in
+// whole 128-byte lines (zero fill past the chunk, the mbarrier counting 128 cp.async arrivals).
+// The block-table entries of a pair's tiles are read one pair ahead.
 //
 // S[64 x 64] is 36 wgmma.m64n64k16: 32 with Q from shared memory, the last 4 (Q columns 512-575)
 // with Q from registers, loaded once per request, so that Q's piece 8 holds sP1. O += P V is
@@ -162,6 +165,46 @@ __device__ __forceinline__ void load_pieces(const DecodeParams &p, unsigned buf,
     cp_async_mbarrier_arrive_noinc(bars + (kLo == 0 ? 0 : 8));
 }
 
+// The TMA descriptor of k_cache (page class 1), a kernel parameter: runtime/flashmla_decode.c
+// encodes k_cache as the 4-D tensor (576 columns, h_kv, page, num_blocks), boxes of one 64-column
+// piece of 64 keys, 128-byte swizzle (the tile layout above).
+struct alignas(64) TmaDesc {
+    unsigned long long bytes[16];
+};
+
+// Loads pieces [kLo, kHi) of the tile whose first key is (block r0.blk, row r0.row) (thread 0's
+// RowRef; the other threads' rows for cp.async): page class 1 by TMA from one thread, arriving
+// on the group's mbarrier with the bytes expected; else by cp.async from the warpgroup.
+template <int kLo, int kHi, int kPageClass>
+__device__ __forceinline__ void load_tile(const DecodeParams &p, const TmaDesc &tk, unsigned buf,
+                                          unsigned bars, RowRef r, int g, int wt) {
+    if constexpr (kPageClass == 1) {
+        if (wt == 0) {
+            const unsigned bar = bars + (kLo == 0 ? 0 : 8);
+            mbarrier_arrive_expect_tx(bar, (kHi - kLo) * kPieceBytes);
+#pragma unroll
+            for (int pc = kLo; pc < kHi; pc++)
+                tma_load_4d(buf + pc * kPieceBytes, &tk, bar, pc * 64, g, r.row, r.blk);
+        }
+    } else {
+        load_pieces<kLo, kHi>(p, buf, bars, row_src(p, g, r), wt);
+    }
+}
+
+// TMA reads whole pages: zeroes the V rows [valid, 64) (pieces 0-7) of the tile in buf, which
+// may hold anything (0 P times NaN V would poison O), then makes the zeros visible to wgmma and
+// to the other threads of the warpgroup (named barrier 6 + wg).
+__device__ __forceinline__ void zero_tail_rows(unsigned char *buf, int valid, int wg, int wt) {
+    const int chunks = (kBlockN - valid) * 8;  // 16-byte chunks per piece
+    for (int i = wt; i < chunks * (kPieces - 1); i += kWgThreads) {
+        const int pc = i / chunks, c = i % chunks;
+        *reinterpret_cast<uint4 *>(buf + pc * kPieceBytes + (valid + c / 8) * 128 + (c % 8) * 16) =
+            make_uint4(0, 0, 0, 0);
+    }
+    fence_proxy_async_shared();
+    named_barrier_sync(6 + wg, kWgThreads);
+}
+
 // Hides v's value from the optimizer, so that descriptor sums derived from it are not hoisted
 // (and kept live in registers) across the unrolled product loops.
 __device__ __forceinline__ void opaque(unsigned long long &v) { asm volatile("" : "+l"(v)); }
@@ -170,7 +213,7 @@ __device__ __forceinline__ void opaque(unsigned long long &v) { asm volatile("" 
 // for each group's mbarrier (phase `parity`) before its products; returns with S complete.
 // Descriptors: the start address field is bits 0-13 of (address >> 4), so an offset below
 // 256 KiB is added to a descriptor as offset >> 4.
-template <bool kF16>
+template <bool kF16, bool kGenericLoads>
 __device__ __forceinline__ void qk_tile(float (&s)[8][4], const unsigned (&q8)[4][4], unsigned q,
                                         unsigned buf, unsigned bars, unsigned parity) {
     const unsigned long long qd0 = wgmma_desc_sw128(q, 16, 1024);
@@ -180,7 +223,7 @@ __device__ __forceinline__ void qk_tile(float (&s)[8][4], const unsigned (&q8)[4
     for (int pc = 0; pc < kPieces - 1; pc++) {
         if (pc == 0 || pc == kVPieces) {
             mbarrier_wait_parity(bars + (pc == 0 ? 0 : 8), parity);
-            fence_proxy_async_shared();  // the group's cp.async data, seen through the mbarrier
+            if (kGenericLoads) fence_proxy_async_shared();  // cp.async data, seen via the mbarrier
         }
         unsigned long long qd = qd0, kd = kd0;
         opaque(qd), opaque(kd);
@@ -309,7 +352,7 @@ __device__ __forceinline__ void scale_o(float (&o)[32][4], const float (&f)[2]) 
 
 // Attention of the CTA's rows over keys [t_begin, t_end) of request req. Q and Q8 are in place.
 template <int kKV, int kPageClass, bool kCausal>
-__device__ void attend_chunk90(const DecodeParams &p, unsigned char *smem,
+__device__ void attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigned char *smem,
                                const unsigned (&q8)[4][4],
                                unsigned (&phase)[2], int req, int g, int m, int rows, int len,
                                int t_begin, int t_end, bool direct, int slot) {
@@ -333,22 +376,21 @@ __device__ void attend_chunk90(const DecodeParams &p, unsigned char *smem,
 
     // Prologue: tiles 0 and 1; warpgroup 0 loads pieces 0-3 of both, warpgroup 1 pieces 4-8.
     if (n_tiles > 0) {
-        const unsigned char *ra =
-            row_src(p, g, fetch_row<kPageClass>(p, req, t_begin, t_stop, wt));
-        const unsigned char *rb =
-            row_src(p, g, fetch_row<kPageClass>(p, req, t_begin + kBlockN, t_stop, wt));
+        const RowRef ra = fetch_row<kPageClass>(p, req, t_begin, t_stop, wt);
+        const RowRef rb = fetch_row<kPageClass>(p, req, t_begin + kBlockN, t_stop, wt);
         if (wg == 0) {
-            load_pieces<0, kVPieces>(p, k0, bar0, ra, wt);
-            if (n_tiles > 1) load_pieces<0, kVPieces>(p, k1, bar1, rb, wt);
+            load_tile<0, kVPieces, kPageClass>(p, tk, k0, bar0, ra, g, wt);
+            if (n_tiles > 1) load_tile<0, kVPieces, kPageClass>(p, tk, k1, bar1, rb, g, wt);
         } else {
-            load_pieces<kVPieces, kPieces>(p, k0, bar0, ra, wt);
-            if (n_tiles > 1) load_pieces<kVPieces, kPieces>(p, k1, bar1, rb, wt);
+            load_tile<kVPieces, kPieces, kPageClass>(p, tk, k0, bar0, ra, g, wt);
+            if (n_tiles > 1)
+                load_tile<kVPieces, kPieces, kPageClass>(p, tk, k1, bar1, rb, g, wt);
         }
         if (wg == 0) {
-            qk_tile<kF16>(s, q8, q, k0, bar0, phase[0]);
+            qk_tile<kF16, kPageClass != 1>(s, q8, q, k0, bar0, phase[0]);
             phase[0] ^= 1;
         } else if (n_tiles > 1) {
-            qk_tile<kF16>(s, q8, q, k1, bar1, phase[1]);
+            qk_tile<kF16, kPageClass != 1>(s, q8, q, k1, bar1, phase[1]);
             phase[1] ^= 1;
         }
     }
@@ -361,6 +403,8 @@ __device__ void attend_chunk90(const DecodeParams &p, unsigned char *smem,
         const RowRef na = fetch_row<kPageClass>(p, req, ta + 2 * kBlockN, t_stop, wt);
         const RowRef nb = fetch_row<kPageClass>(p, req, tb + 2 * kBlockN, t_stop, wt);
         if (wg == 0) {
+            if (kPageClass == 1 && ta + kBlockN > t_stop)
+                zero_tail_rows(smem + kSmemK0, t_stop - ta, 0, wt);
             scale_mask64(s, limit, p.scale_log2, ta, lane);
             float mx[2], m_a[2], mu[2], f[2];
             row_max64(s, mx);
@@ -395,7 +439,7 @@ __device__ void attend_chunk90(const DecodeParams &p, unsigned char *smem,
             wgmma_wait_group<0>();
             reg_fence(o);
             if (next_a)  // V0_L consumed
-                load_pieces<0, kVPieces>(p, k0, bar0, row_src(p, g, na), wt);
+                load_tile<0, kVPieces, kPageClass>(p, tk, k0, bar0, na, g, wt);
             scale_o(o, f);
             if (has_b) {
                 named_barrier_sync(kBarP1, 2 * kWgThreads);
@@ -406,15 +450,17 @@ __device__ void attend_chunk90(const DecodeParams &p, unsigned char *smem,
                 wgmma_wait_group<0>();
                 reg_fence(o);
                 if (next_b)  // V1_L consumed
-                    load_pieces<0, kVPieces>(p, k1, bar1, row_src(p, g, nb), wt);
+                    load_tile<0, kVPieces, kPageClass>(p, tk, k1, bar1, nb, g, wt);
             }
             if (next_a) {
-                qk_tile<kF16>(s, q8, q, k0, bar0, phase[0]);
+                qk_tile<kF16, kPageClass != 1>(s, q8, q, k0, bar0, phase[0]);
                 phase[0] ^= 1;
             }
         } else {
             float mx[2] = {-inf_f32(), -inf_f32()}, m_a[2], m_b[2], mu[2], f[2];
             if (has_b) {
+                if (kPageClass == 1 && tb + kBlockN > t_stop)
+                    zero_tail_rows(smem + kSmemK1, t_stop - tb, 1, wt);
                 scale_mask64(s, limit, p.scale_log2, tb, lane);
                 row_max64(s, mx);
             }
@@ -450,7 +496,7 @@ __device__ void attend_chunk90(const DecodeParams &p, unsigned char *smem,
             reg_fence(o);
             if (next_a) {
                 named_barrier_arrive(kBarP0Free, 2 * kWgThreads);
-                load_pieces<kVPieces, kPieces>(p, k0, bar0, row_src(p, g, na), wt);  // V0_R read
+                load_tile<kVPieces, kPieces, kPageClass>(p, tk, k0, bar0, na, g, wt);  // V0_R read
             }
             // beta = 2^(m_a - m_b) brings O_R and l to the pair's final max.
 #pragma unroll
@@ -466,10 +512,10 @@ __device__ void attend_chunk90(const DecodeParams &p, unsigned char *smem,
                 wgmma_wait_group<0>();
                 reg_fence(o);
                 if (next_b)  // V1_R consumed
-                    load_pieces<kVPieces, kPieces>(p, k1, bar1, row_src(p, g, nb), wt);
+                    load_tile<kVPieces, kPieces, kPageClass>(p, tk, k1, bar1, nb, g, wt);
             }
             if (next_b) {
-                qk_tile<kF16>(s, q8, q, k1, bar1, phase[1]);
+                qk_tile<kF16, kPageClass != 1>(s, q8, q, k1, bar1, phase[1]);
                 phase[1] ^= 1;
             }
         }
@@ -490,7 +536,8 @@ __device__ void attend_chunk90(const DecodeParams &p, unsigned char *smem,
 // Same grid, block (256 threads) and schedule walk as decode_kernel; dynamic shared memory
 // sm90::kSmemBytes90.
 template <int kKV, int kPageClass, bool kCausal>
-__global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(const DecodeParams p) {
+__global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(
+    const __grid_constant__ DecodeParams p, const __grid_constant__ sm90::TmaDesc tk) {
     static_assert(kKV == 0 || kKV == 1, "the sm_90a decode takes 16-bit KV");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
@@ -502,7 +549,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(const DecodePa
     const int rows = p.s_q * p.heads_per_kv;
     const unsigned base = smem_addr(smem);
     if (threadIdx.x < 4)
-        mbarrier_init(base + sm90::kSmemBar + threadIdx.x * 8, sm90::kWgThreads);
+        mbarrier_init(base + sm90::kSmemBar + threadIdx.x * 8,
+                      kPageClass == 1 ? 1 : sm90::kWgThreads);  // TMA: one expect_tx arrival
     __syncthreads();
     unsigned phase[2] = {0, 0};  // parity of the next phase of the K0 / K1 mbarriers
     for (int req = max(begin_req, 0); req <= end_req; req++) {
@@ -529,7 +577,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(const DecodePa
             const int slot = split0 + chunk;
             const bool direct = n_splits == 1;
             if (direct || (slot >= 0 && slot < p.split_cap))
-                sm90::attend_chunk90<kKV, kPageClass, kCausal>(p, smem, q8, phase, req, g, m, rows,
+                sm90::attend_chunk90<kKV, kPageClass, kCausal>(p, tk, smem, q8, phase, req, g, m, rows,
                                                                len, u0 * kBlockN,
                                                                min(u1 * kBlockN, len), direct,
                                                                slot);
