@@ -283,22 +283,6 @@ static mla_status get_kernel(mla_runtime *rt, const char *kind, const op_shape *
     return mla__get_kernel(rt, &spec, k);
 }
 
-/* Launches k as the programmatic dependent of the previous kernel on stream (sm_90 and up). */
-static mla_status launch_pdl(mla_runtime *rt, const mla__kernel *k, unsigned gx, unsigned gy,
-                             unsigned gz, CUstream stream, void **args) {
-    CUlaunchAttribute attr;
-    memset(&attr, 0, sizeof attr);
-    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attr.value.programmaticStreamSerializationAllowed = 1;
-    CUlaunchConfig cfg = {
-        .gridDimX = gx, .gridDimY = gy, .gridDimZ = gz, .blockDimX = (unsigned)k->launch.threads,
-        .blockDimY = 1, .blockDimZ = 1, .sharedMemBytes = (unsigned)k->launch.dynamic_smem,
-        .hStream = stream, .attrs = &attr, .numAttrs = rt->cc >= 90 ? 1 : 0,
-    };
-    MLA_CU(rt, cuLaunchKernelEx(&cfg, k->function, args, NULL));
-    return MLA_OK;
-}
-
 static mla_status launch_all(mla_runtime *rt, const op_shape *sh, op_args_a *A, op_args_b *B,
                              CUstream stream) {
     const mla__kernel *ka = NULL, *kb = NULL;
@@ -313,8 +297,8 @@ static mla_status launch_all(mla_runtime *rt, const op_shape *sh, op_args_a *A, 
     void *args_a[] = {A};
     MLA_FORWARD_IF_ERROR(mla__launch(rt, ka, a_items, 1, 1, stream, args_a));
     void *args_b[] = {B};
-    return launch_pdl(rt, kb, (unsigned)(sh->H / OP_BN_B), m_tiles, (unsigned)b_slices, stream,
-                      args_b);
+    return mla__launch_pdl(rt, kb, (unsigned)(sh->H / OP_BN_B), m_tiles, (unsigned)b_slices,
+                           stream, args_b);
 }
 
 /* ---- the API --------------------------------------------------------------------------------- */

@@ -401,7 +401,9 @@ static mla_status launch_combine(mla_runtime *rt, const mla__flashmla_decode_par
     unsigned row_blocks = (unsigned)((d->rows + MLA__FLASHMLA_COMBINE_ROWS - 1) /
                                      MLA__FLASHMLA_COMBINE_ROWS);
     void *args[] = {&p};
-    return mla__launch(rt, k, (unsigned)d->b, row_blocks, 1, stream, args);
+    /* Programmatic dependent of the decode: its launch overlaps the decode's tail (the kernel
+     * waits for the decode's results before reading them). */
+    return mla__launch_pdl(rt, k, (unsigned)d->b, row_blocks, 1, stream, args);
 }
 
 mla_status mla_flash_with_kvcache(mla_runtime *runtime, const mla_flash_with_kvcache_args *args,

@@ -311,6 +311,11 @@ mla_status mla__runtime_enter(mla_runtime *rt);
 /* Launches a kernel: grid x/y/z, the kernel's own block size and dynamic smem. */
 mla_status mla__launch(mla_runtime *rt, const mla__kernel *k, unsigned gx, unsigned gy,
                        unsigned gz, CUstream stream, void **args);
+/* The same (no cluster) as the programmatic dependent of the previous kernel on stream (sm_90
+ * and up: it may start before that kernel ends and must griddepcontrol.wait before reading its
+ * results; elsewhere an ordinary launch). */
+mla_status mla__launch_pdl(mla_runtime *rt, const mla__kernel *k, unsigned gx, unsigned gy,
+                           unsigned gz, CUstream stream, void **args);
 
 /* ---- tensor checks (runtime/tensor.c) ----------------------------------------------------- */
 

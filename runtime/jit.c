@@ -252,3 +252,18 @@ mla_status mla__launch(mla_runtime *rt, const mla__kernel *k, unsigned gx, unsig
     MLA_CU(rt, cuLaunchKernelEx(&cfg, k->function, args, NULL));
     return MLA_OK;
 }
+
+mla_status mla__launch_pdl(mla_runtime *rt, const mla__kernel *k, unsigned gx, unsigned gy,
+                           unsigned gz, CUstream stream, void **args) {
+    CUlaunchAttribute attr;
+    memset(&attr, 0, sizeof attr);
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig cfg = {
+        .gridDimX = gx, .gridDimY = gy, .gridDimZ = gz, .blockDimX = (unsigned)k->launch.threads,
+        .blockDimY = 1, .blockDimZ = 1, .sharedMemBytes = (unsigned)k->launch.dynamic_smem,
+        .hStream = stream, .attrs = &attr, .numAttrs = rt->cc >= 90 ? 1 : 0,
+    };
+    MLA_CU(rt, cuLaunchKernelEx(&cfg, k->function, args, NULL));
+    return MLA_OK;
+}

@@ -46,6 +46,17 @@ __device__ __forceinline__ void tma_load_4d(unsigned dst, const void *tmap, unsi
         : "memory");
 }
 
+// The same with an L2 cache policy (createpolicy) for the read.
+__device__ __forceinline__ void tma_load_4d_hint(unsigned dst, const void *tmap, unsigned bar,
+                                                 int c0, int c1, int c2, int c3,
+                                                 unsigned long long policy) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+        " [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n" ::"r"(dst),
+        "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "l"(policy)
+        : "memory");
+}
+
 // mbarrier.try_wait.parity.shared::cta.b64 in a loop: returns once the phase of parity `parity`
 // has completed.
 __device__ __forceinline__ void mbarrier_wait_parity(unsigned bar, unsigned parity) {

@@ -14,12 +14,15 @@
 // contiguous), softmax_lse [b, h_q, s_q] float32 contiguous. Slots >= split_cap are never read.
 //
 // Grid (b, ceil(s_q * h_q / 8)), 256 threads: one warp per row, lane l owns columns
-// [4 l + 128 k, +4) for k < 4 (coalesced float4 reads).
+// [4 l + 128 k, +4) for k < 4 (coalesced float4 reads). Launched as the programmatic dependent
+// of the decode (runtime/flashmla_decode.c): it waits for the decode before reading anything.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "common/pdl.cuh"
 #include "flashmla/params.cuh"
+#include "flashmla/ptx.cuh"
 
 namespace mla {
 namespace flashmla {
@@ -64,6 +67,7 @@ __device__ __forceinline__ void store4(void *dst, float4 v) {
 
 template <bool kOutF16>
 __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const CombineParams p) {
+    pdl::wait();  // launched as the decode's programmatic dependent
     const int req = blockIdx.x, lane = threadIdx.x & 31;
     const long long rows = (long long)p.s_q * p.h_q;
     const long long row = (long long)blockIdx.y * kCombineRows + (threadIdx.x >> 5);
@@ -73,12 +77,13 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const CombineP
     const float lse = merged_lse(p.lse_accum, slot0, n, rows, row);
     float4 acc[4];
     for (int k = 0; k < 4; k++) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+    const unsigned long long dead = l2_policy_evict_first();  // partials are read once
     for (int c = 0; lse != -inf_f32() && c < n; c++) {
         const long long r = (long long)(slot0 + c) * rows + row;
         const float w = expf(p.lse_accum[r] - lse);
-        const float4 *src = reinterpret_cast<const float4 *>(p.o_accum + r * 512) + lane;
+        const float *src = p.o_accum + r * 512 + 4 * lane;
         for (int k = 0; k < 4; k++) {
-            const float4 v = src[32 * k];
+            const float4 v = ld_global_v4_hint(src + 128 * k, dead);
             acc[k].x += w * v.x, acc[k].y += w * v.y, acc[k].z += w * v.z, acc[k].w += w * v.w;
         }
     }

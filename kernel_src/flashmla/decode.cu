@@ -209,10 +209,10 @@ __device__ __forceinline__ void store_rows(const DecodeParams &p, const float (&
         } else {
             const long long row = (long long)slot * p.s_q * p.h_q + (long long)j * p.h_q + head;
             float *dst = p.o_accum + row * kDV + col0;
+            const unsigned long long keep = l2_policy_evict_last();  // the combine reads it next
 #pragma unroll
             for (int jt = 0; jt < 32; jt++)
-                *reinterpret_cast<float2 *>(dst + jt * 8) =
-                    make_float2(o[jt][2 * h] * inv, o[jt][2 * h + 1] * inv);
+                st_global_v2_hint(dst + jt * 8, o[jt][2 * h] * inv, o[jt][2 * h + 1] * inv, keep);
             if (wn == 0 && (lane & 3) == 0) p.lse_accum[row] = lse;
         }
     }

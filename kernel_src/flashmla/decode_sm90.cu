@@ -90,19 +90,46 @@ __device__ __forceinline__ void reg_fence(float (&d)[N][4]) {
         for (int e = 0; e < 4; e++) reg_fence(d[i][e]);
 }
 
-// cp.async of the Q rows [64 m, 64 m + 64) of kv head g (rows >= rows zero-filled), all threads.
+// Address of Q row r of the CTA (row 64 m + r of kv head g: query token j, head h), or null
+// past the rows.
+__device__ __forceinline__ const unsigned char *q_row(const DecodeParams &p, int req, int g, int m,
+                                                      int rows, int r) {
+    const int rr = m * kBlockM + r;
+    if (rr >= rows) return nullptr;
+    const int j = rr / p.heads_per_kv, h = g * p.heads_per_kv + rr % p.heads_per_kv;
+    return static_cast<const unsigned char *>(p.q) +
+           ((long long)req * p.q_stride_b + (long long)j * p.q_stride_s +
+            (long long)h * p.q_stride_h) * 2;
+}
+
+// cp.async of the Q rows [64 m, 64 m + 64) of kv head g (rows >= rows zero-filled), all threads,
+// committed as one group; and an L2 prefetch of the next request's rows (next_req >= 0).
 __device__ __forceinline__ void load_q_tile90(const DecodeParams &p, unsigned dst, int req, int g,
-                                              int m, int rows) {
-    const int r = threadIdx.x >> 2, rr = m * kBlockM + r;
-    const bool valid = rr < rows;
-    const unsigned char *src = static_cast<const unsigned char *>(p.q);
-    if (valid) {
-        const int j = rr / p.heads_per_kv, h = g * p.heads_per_kv + rr % p.heads_per_kv;
-        src += ((long long)req * p.q_stride_b + (long long)j * p.q_stride_s +
-                (long long)h * p.q_stride_h) * 2;
-    }
+                                              int m, int rows, int next_req) {
+    const int r = threadIdx.x >> 2;
+    const unsigned char *src = q_row(p, req, g, m, rows, r);
+    const bool valid = src != nullptr;
+    if (!valid) src = static_cast<const unsigned char *>(p.q);
     for (int c = threadIdx.x & 3; c < kRowChunks; c += 4)
         cp_async_16(dst + tile_off(r, c), src + c * 16, valid);
+    cp_async_commit();
+    if (next_req >= 0 && threadIdx.x < kBlockM) {
+        const unsigned char *nxt = q_row(p, next_req, g, m, rows, threadIdx.x);
+        if (nxt) prefetch_l2_bulk(nxt, kRowBytes);
+    }
+}
+
+// Waits for Q (all threads), then loads its piece 8 (columns 512-575) into registers; piece 8 is
+// sP1 from then on.
+__device__ __forceinline__ void finish_q(unsigned base, unsigned (&q8)[4][4]) {
+    const int lane = threadIdx.x & 31, wm = (threadIdx.x >> 5) & 3;
+    cp_async_wait<0>();
+    fence_proxy_async_shared();
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        ldmatrix_x4(base + tile_off(wm * 16 + (lane & 15), 64 + 2 * k + (lane >> 4)), q8[k]);
+    __syncthreads();
 }
 
 // The key row thread wt (of a warpgroup) supplies for the tile at t0 (row wt / 2): its block
@@ -183,8 +210,10 @@ __device__ __forceinline__ void load_tile(const DecodeParams &p, const TmaDesc &
             const unsigned bar = bars + (kLo == 0 ? 0 : 8);
             mbarrier_arrive_expect_tx(bar, (kHi - kLo) * kPieceBytes);
 #pragma unroll
+            const unsigned long long stream = l2_policy_evict_first();  // K is read once or twice
             for (int pc = kLo; pc < kHi; pc++)
-                tma_load_4d(buf + pc * kPieceBytes, &tk, bar, pc * 64, g, r.row, r.blk);
+                tma_load_4d_hint(buf + pc * kPieceBytes, &tk, bar, pc * 64, g, r.row, r.blk,
+                                 stream);
         }
     } else {
         load_pieces<kLo, kHi>(p, buf, bars, row_src(p, g, r), wt);
@@ -353,7 +382,7 @@ __device__ __forceinline__ void scale_o(float (&o)[32][4], const float (&f)[2]) 
 // Attention of the CTA's rows over keys [t_begin, t_end) of request req. Q and Q8 are in place.
 template <int kKV, int kPageClass, bool kCausal>
 __device__ void attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigned char *smem,
-                               const unsigned (&q8)[4][4],
+                               unsigned (&q8)[4][4], bool &q_pending,
                                unsigned (&phase)[2], int req, int g, int m, int rows, int len,
                                int t_begin, int t_end, bool direct, int slot) {
     constexpr bool kF16 = KvTraits<kKV>::kF16;
@@ -374,7 +403,8 @@ __device__ void attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
     float s[8][4];
     unsigned pa[4][4];
 
-    // Prologue: tiles 0 and 1; warpgroup 0 loads pieces 0-3 of both, warpgroup 1 pieces 4-8.
+    // Prologue: tiles 0 and 1 (warpgroup 0 loads pieces 0-3 of both, warpgroup 1 pieces 4-8),
+    // issued before the wait for a request's Q so that both loads are in flight together.
     if (n_tiles > 0) {
         const RowRef ra = fetch_row<kPageClass>(p, req, t_begin, t_stop, wt);
         const RowRef rb = fetch_row<kPageClass>(p, req, t_begin + kBlockN, t_stop, wt);
@@ -386,6 +416,9 @@ __device__ void attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
             if (n_tiles > 1)
                 load_tile<kVPieces, kPieces, kPageClass>(p, tk, k1, bar1, rb, g, wt);
         }
+    }
+    if (q_pending) finish_q(base, q8), q_pending = false;
+    if (n_tiles > 0) {
         if (wg == 0) {
             qk_tile<kF16, kPageClass != 1>(s, q8, q, k0, bar0, phase[0]);
             phase[0] ^= 1;
@@ -542,7 +575,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
     const int part = blockIdx.x, g = blockIdx.y, m = blockIdx.z;
-    const int lane = threadIdx.x & 31, wm = (threadIdx.x >> 5) & 3;
     const int *rec = p.sched + (long long)part * kRecordInts;
     const int begin_req = rec[kBeginReq], end_req = min(rec[kEndReq], p.b - 1);
     const int cu = rec[kChunkUnits];
@@ -559,30 +591,23 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(
         const int hi = req == end_req ? rec[kEndUnit] : units_of(len);
         const int split0 = p.num_splits[req], n_splits = p.num_splits[req + 1] - split0;
         int chunk = req == begin_req ? rec[kBeginChunk] : 0;
-        // Q to shared memory, its piece 8 (columns 512-575) to registers; piece 8 is then sP1.
-        sm90::load_q_tile90(p, base + sm90::kSmemQ90, req, g, m, rows);
-        cp_async_commit();
-        cp_async_wait<0>();
-        fence_proxy_async_shared();
-        __syncthreads();
+        // Q's cp.async; the first chunk waits for it once its first tiles' loads are issued.
+        sm90::load_q_tile90(p, base + sm90::kSmemQ90, req, g, m, rows,
+                            req < end_req ? req + 1 : -1);
+        bool q_pending = true;
         unsigned q8[4][4];
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-            ldmatrix_x4(base + sm90::tile_off(wm * 16 + (lane & 15), 64 + 2 * k + (lane >> 4)),
-                        q8[k]);
-        __syncthreads();
         for (int u0 = lo; u0 < hi;) {
             const int u1 = cu > 0 ? min(hi, (u0 / cu + 1) * cu) : hi;
             if (cu > 0) chunk = u0 / cu;
             const int slot = split0 + chunk;
             const bool direct = n_splits == 1;
             if (direct || (slot >= 0 && slot < p.split_cap))
-                sm90::attend_chunk90<kKV, kPageClass, kCausal>(p, tk, smem, q8, phase, req, g, m, rows,
-                                                               len, u0 * kBlockN,
-                                                               min(u1 * kBlockN, len), direct,
-                                                               slot);
+                sm90::attend_chunk90<kKV, kPageClass, kCausal>(
+                    p, tk, smem, q8, q_pending, phase, req, g, m, rows, len, u0 * kBlockN,
+                    min(u1 * kBlockN, len), direct, slot);
             chunk++, u0 = u1;
         }
+        if (q_pending) cp_async_wait<0>();  // no chunk ran: Q landed before it is overwritten
         __syncthreads();  // Q (and sP1) consumed before the next request's Q lands
     }
 }

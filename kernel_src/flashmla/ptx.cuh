@@ -23,6 +23,44 @@ __device__ __forceinline__ void cp_async_16(unsigned dst, const void *src, bool 
                  : "memory");
 }
 
+// cp.async.bulk.prefetch.L2.global: starts bringing `bytes` (a multiple of 16, 16-byte aligned
+// src) into L2; no result, nothing to wait for (sm_90 and later).
+__device__ __forceinline__ void prefetch_l2_bulk(const void *src, unsigned bytes) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+}
+
+// createpolicy.fractional.L2::evict_first / evict_last .b64 (fraction 1): an L2 cache policy for
+// the .L2::cache_hint forms below (sm_80 and later). evict_first: streamed data read once (the KV
+// cache); evict_last: split partials the combine reads right after the decode.
+__device__ __forceinline__ unsigned long long l2_policy_evict_first() {
+    unsigned long long policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+    return policy;
+}
+__device__ __forceinline__ unsigned long long l2_policy_evict_last() {
+    unsigned long long policy;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
+    return policy;
+}
+
+// st.global.L2::cache_hint.v2.f32: stores (a, b) to dst (8-byte aligned) under an L2 policy.
+__device__ __forceinline__ void st_global_v2_hint(float *dst, float a, float b,
+                                                  unsigned long long policy) {
+    asm volatile("st.global.L2::cache_hint.v2.f32 [%0], {%1, %2}, %3;\n" ::"l"(dst), "f"(a),
+                 "f"(b), "l"(policy)
+                 : "memory");
+}
+
+// ld.global.L2::cache_hint.v4.f32: loads 16 bytes (16-byte aligned) under an L2 policy.
+__device__ __forceinline__ float4 ld_global_v4_hint(const float *src, unsigned long long policy) {
+    float4 v;
+    asm volatile("ld.global.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "l"(src), "l"(policy)
+                 : "memory");
+    return v;
+}
+
 // cp.async.commit_group
 __device__ __forceinline__ void cp_async_commit() {
     asm volatile("cp.async.commit_group;\n" ::: "memory");
