@@ -20,12 +20,14 @@ mla_status mla__flashmla_decode_build(const struct mla__spec *spec, char *name_e
 mla_status mla__flashmla_combine_build(const struct mla__spec *spec, char *name_expr, size_t size,
                                        struct mla__launch_info *launch);
 /* "flashmla_decode_sm90" (kv_dtype 0 or 1, page_class, causal): the wgmma decode
- * (kernel_src/flashmla/decode_sm90.cu), same grid and parameters as "flashmla_decode". */
+ * (kernel_src/flashmla/decode_sm90.cu), same grid as "flashmla_decode"; its parameters are the
+ * decode parameters and a k_cache TMA descriptor (CUtensorMap, by value; used by page class 1,
+ * which launch_decode downgrades to 0 when the driver refuses the descriptor). */
 mla_status mla__flashmla_decode_sm90_build(const struct mla__spec *spec, char *name_expr,
                                            size_t size, struct mla__launch_info *launch);
 /* The decode kind a call on arch with KV kind kv runs: "flashmla_decode_sm90" on sm_90a for
- * 16-bit KV unless force is "portable" (the value of $MLAJIT_FLASHMLA_DECODE, may be NULL),
- * else "flashmla_decode". */
+ * 16-bit KV unless force is "portable" (the runtime's $MLAJIT_FLASHMLA_DECODE choice, read at
+ * mla_runtime_create; may be NULL), else "flashmla_decode". */
 const char *mla__flashmla_decode_kind(const char *arch, int kv, const char *force);
 
 /* Spec values. */
