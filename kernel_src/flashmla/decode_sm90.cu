@@ -209,8 +209,8 @@ __device__ __forceinline__ void load_tile(const DecodeParams &p, const TmaDesc &
         if (wt == 0) {
             const unsigned bar = bars + (kLo == 0 ? 0 : 8);
             mbarrier_arrive_expect_tx(bar, (kHi - kLo) * kPieceBytes);
-#pragma unroll
             const unsigned long long stream = l2_policy_evict_first();  // K is read once or twice
+#pragma unroll
             for (int pc = kLo; pc < kHi; pc++)
                 tma_load_4d_hint(buf + pc * kPieceBytes, &tk, bar, pc * 64, g, r.row, r.blk,
                                  stream);
@@ -298,6 +298,21 @@ __device__ __forceinline__ void pv_issue_ss(float (&o)[32][4], unsigned p_tile, 
             wgmma_desc_sw128(buf + kk * 16 * 128 + half * kVPieces * kPieceBytes, kPieceBytes,
                              1024),
             1);
+}
+
+// O[:, 256 half : +256] += P V_half with the other warpgroup's P: waits for its P tile (named
+// barrier bar), makes the buffer's pieces that warpgroup's loads filled visible to wgmma, and
+// returns with the product complete.
+template <bool kF16>
+__device__ __forceinline__ void pv_remote(float (&o)[32][4], int bar, unsigned p_tile,
+                                          unsigned buf, int half) {
+    named_barrier_sync(bar, 2 * kWgThreads);
+    fence_proxy_async_shared();
+    wgmma_fence();
+    pv_issue_ss<kF16>(o, p_tile, buf, half);
+    wgmma_commit_group();
+    wgmma_wait_group<0>();
+    reg_fence(o);
 }
 
 // Scales S to base-2 logits and masks keys t0 + col >= limit[row] (col = 8 j + 2 (lane % 4) +
@@ -475,13 +490,7 @@ __device__ void attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
                 load_tile<0, kVPieces, kPageClass>(p, tk, k0, bar0, na, g, wt);
             scale_o(o, f);
             if (has_b) {
-                named_barrier_sync(kBarP1, 2 * kWgThreads);
-                fence_proxy_async_shared();  // K1 pieces 0-3, seen through warpgroup 1
-                wgmma_fence();
-                pv_issue_ss<kF16>(o, base + kSmemP1, k1, 0);
-                wgmma_commit_group();
-                wgmma_wait_group<0>();
-                reg_fence(o);
+                pv_remote<kF16>(o, kBarP1, base + kSmemP1, k1, 0);  // V1_L: K1 pieces 0-3
                 if (next_b)  // V1_L consumed
                     load_tile<0, kVPieces, kPageClass>(p, tk, k1, bar1, nb, g, wt);
             }
@@ -520,13 +529,7 @@ __device__ void attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
                 named_barrier_arrive(kBarP1, 2 * kWgThreads);
                 p_fragments<kF16>(s, pa);
             }
-            named_barrier_sync(kBarP0, 2 * kWgThreads);
-            fence_proxy_async_shared();  // K0 pieces 4-7, seen through warpgroup 0
-            wgmma_fence();
-            pv_issue_ss<kF16>(o, base + kSmemP0, k0, 1);
-            wgmma_commit_group();
-            wgmma_wait_group<0>();
-            reg_fence(o);
+            pv_remote<kF16>(o, kBarP0, base + kSmemP0, k0, 1);  // V0_R: K0 pieces 4-7
             if (next_a) {
                 named_barrier_arrive(kBarP0Free, 2 * kWgThreads);
                 load_tile<kVPieces, kPieces, kPageClass>(p, tk, k0, bar0, na, g, wt);  // V0_R read
@@ -554,13 +557,9 @@ __device__ void attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
         }
     }
 
-    // Row sums of both warpgroups, then each stores its half of O.
-    const float l0 = quad_sum(st.l[0]), l1 = quad_sum(st.l[1]);
-    if ((lane & 3) == 0) red[wg * kBlockM + r0] = l0, red[wg * kBlockM + r0 + 8] = l1;
-    __syncthreads();
-    st.l[0] = red[r0] + red[kBlockM + r0];
-    st.l[1] = red[r0 + 8] + red[kBlockM + r0 + 8];
-    __syncthreads();
+    // Row sums of both warpgroups (the portable kernel's exchange, warpgroup for column half),
+    // then each stores its half of O.
+    finish_row_sums(st, red, wm, wg, lane);
     store_rows<kKV>(p, o, st, req, g, m, rows, direct, slot, 1.f, wm, wg, lane);
 }
 
