@@ -300,7 +300,11 @@ int main(int argc, char **argv) {
         {"bf16 all nvfp4, fp32 q NOT quantized (outside the tests)", 0, 1, 16, 32, 2, 2, 2, N, N, 1, 0, 2, {256, 100}, 4, 1},
         {"bf16 none, fp32 q NOT quantized (outside the tests)", 0, 1, 16, 32, 0, 0, 0, N, N, 1, 0, 2, {256, 100}, 4, 1},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], seeds, 0);
+    int only = argc > 2 ? atoi(argv[2]) : -1;   /* one case (the splits pair: the count) */
+    int nc = (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < nc; i++)
+        if (only < 0 || only == i) run_case(&cases[i], seeds, 0);
+    if (only >= 0 && only != nc) return 0;
     dcase sp = {"no quant len 700 H8 out fp32", 0, 0, 8, 32, 0, 0, 0, N, N, 1, 3, 1, {700}, 4, 0};
     run_case(&sp, seeds, 1);
     return 0;
