@@ -112,6 +112,10 @@ typedef struct mla__kernel_kind {
      * "mla::dsv4::plan_kernel<256>") and the launch needs (minus lowered_name). */
     mla_status (*build)(const mla__spec *spec, char *name_expr, size_t name_expr_size,
                         mla__launch_info *launch);
+    /* NULL: launched on every target. Else the one target the runtime launches the kind on
+     * (it still compiles for others, for the compile tests); `mlajit precompile` skips the
+     * others. */
+    const char *only_arch;
 } mla__kernel_kind;
 
 /* The table of kernel kinds (runtime/spec.c); NULL if name is unknown. */

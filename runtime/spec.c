@@ -32,7 +32,7 @@ static const mla__kernel_kind kinds[] = {
     {"flashmla_metadata", "flashmla/metadata.cu", no_params, mla__flashmla_metadata_build},
     {"flashmla_decode", "flashmla/decode.cu", flashmla_decode_params, mla__flashmla_decode_build},
     {"flashmla_decode_sm90", "flashmla/decode_sm90.cu", flashmla_decode_params,
-     mla__flashmla_decode_sm90_build},
+     mla__flashmla_decode_sm90_build, "sm_90a"},
     {"flashmla_combine", "flashmla/combine.cu", flashmla_combine_params,
      mla__flashmla_combine_build},
     {"flashmla_sparse_decode", "flashmla/sparse_decode.cu", no_params,

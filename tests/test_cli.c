@@ -199,6 +199,22 @@ Test(cli, spec_file_object_form) {
     cr_expect(strstr(out, "1 compiled") != NULL, "precompile --spec object form: got '%s'", out);
 }
 
+/* A kind the runtime launches on one arch only (the sm_90a wgmma decode) is compiled for that
+ * arch and skipped, not compiled, for the others. */
+Test(cli, only_arch_kind_skipped_elsewhere) {
+    char path[4096];
+    write_file("sm90.json", "[{\"kernel\": \"flashmla_decode_sm90\", \"kv_dtype\": 0, "
+               "\"page_class\": 1, \"causal\": 0}]", path, sizeof path);
+    cr_expect_eq(run_cli("precompile --spec %s --arch sm_100a --jobs 1", path), 0,
+                 "precompile sm90 kind for sm_100a: '%s'", out);
+    cr_expect(strstr(out, "0 compiled") && strstr(out, "1 skipped"),
+              "sm90 kind for sm_100a: expected 0 compiled, 1 skipped, got '%s'", out);
+    cr_expect_eq(run_cli("precompile --spec %s --arch sm_90a --arch sm_100a --jobs 1", path), 0,
+                 "precompile sm90 kind for sm_90a and sm_100a: '%s'", out);
+    cr_expect(strstr(out, "1 compiled") && strstr(out, "1 skipped"),
+              "sm90 kind for both archs: expected 1 compiled, 1 skipped, got '%s'", out);
+}
+
 Test(cli, bad_spec_file_exits_2) {
     char path[4096];
     write_file("bad.json", "[{\"kernel\": ", path, sizeof path);

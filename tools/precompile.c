@@ -289,13 +289,18 @@ static int compile_all(mla_runtime *rt, const spec_list *specs, const char **arc
     work w;
     memset(&w, 0, sizeof w);
     w.rt = rt;
-    w.n = specs->n * n_archs;
-    w.items = calloc((size_t)w.n, sizeof *w.items);
+    w.items = calloc((size_t)(specs->n * n_archs), sizeof *w.items);
     if (!w.items) return cli_fail("precompile", "out of memory");
+    int skipped = 0; /* pairs of a kind the runtime never launches on that arch */
     for (int a = 0; a < n_archs; a++)
         for (int s = 0; s < specs->n; s++) {
-            w.items[a * specs->n + s].spec = &specs->v[s];
-            w.items[a * specs->n + s].arch = archs[a];
+            const mla__kernel_kind *kind = mla__kernel_kind_find(specs->v[s].kernel);
+            if (kind && kind->only_arch && strcmp(kind->only_arch, archs[a]) != 0) {
+                skipped++;
+                continue;
+            }
+            w.items[w.n].spec = &specs->v[s];
+            w.items[w.n++].arch = archs[a];
         }
     w.quiet = quiet;
     w.progress_bar = !quiet && isatty(STDERR_FILENO);
@@ -308,8 +313,9 @@ static int compile_all(mla_runtime *rt, const spec_list *specs, const char **arc
 
     if (w.progress_bar) fputs("\r\033[K", stderr);
     if (!quiet || w.failed)
-        printf("precompiled %d specs for %d archs: %d compiled, %d cached, %d failed in %.2f s\n",
-               specs->n, n_archs, w.compiled, w.cached, w.failed, seconds);
+        printf("precompiled %d specs for %d archs: %d compiled, %d cached, %d failed, %d skipped "
+               "(kind not used on that arch) in %.2f s\n",
+               specs->n, n_archs, w.compiled, w.cached, w.failed, skipped, seconds);
     for (int i = 0; i < w.n; i++) free(w.items[i].error);
     free(w.items);
     pthread_mutex_destroy(&w.lock);

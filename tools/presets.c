@@ -32,7 +32,8 @@ static const char *const dsv4_flash[] = {
 };
 
 /* FlashMLA-compatible dense decode: the metadata kernel, every decode specialization (kv_dtype 0
- * bf16, 1 fp16, 2 fp8 e4m3; page_class 0 any page size, 1 multiples of 64; causal 0/1) and both
+ * bf16, 1 fp16, 2 fp8 e4m3; page_class 0 any page size, 1 multiples of 64; causal 0/1), the
+ * sm_90a wgmma decode's (bf16/fp16; compiled for sm_90a only, the one target it runs on) and both
  * combine kernels (out_dtype 0 bf16, 1 fp16). */
 static const char *const flashmla_decode[] = {
     "{\"kernel\": \"flashmla_metadata\"}",
@@ -48,6 +49,14 @@ static const char *const flashmla_decode[] = {
     "{\"kernel\": \"flashmla_decode\", \"kv_dtype\": 2, \"page_class\": 0, \"causal\": 1}",
     "{\"kernel\": \"flashmla_decode\", \"kv_dtype\": 2, \"page_class\": 1, \"causal\": 0}",
     "{\"kernel\": \"flashmla_decode\", \"kv_dtype\": 2, \"page_class\": 1, \"causal\": 1}",
+    "{\"kernel\": \"flashmla_decode_sm90\", \"kv_dtype\": 0, \"page_class\": 0, \"causal\": 0}",
+    "{\"kernel\": \"flashmla_decode_sm90\", \"kv_dtype\": 0, \"page_class\": 0, \"causal\": 1}",
+    "{\"kernel\": \"flashmla_decode_sm90\", \"kv_dtype\": 0, \"page_class\": 1, \"causal\": 0}",
+    "{\"kernel\": \"flashmla_decode_sm90\", \"kv_dtype\": 0, \"page_class\": 1, \"causal\": 1}",
+    "{\"kernel\": \"flashmla_decode_sm90\", \"kv_dtype\": 1, \"page_class\": 0, \"causal\": 0}",
+    "{\"kernel\": \"flashmla_decode_sm90\", \"kv_dtype\": 1, \"page_class\": 0, \"causal\": 1}",
+    "{\"kernel\": \"flashmla_decode_sm90\", \"kv_dtype\": 1, \"page_class\": 1, \"causal\": 0}",
+    "{\"kernel\": \"flashmla_decode_sm90\", \"kv_dtype\": 1, \"page_class\": 1, \"causal\": 1}",
     "{\"kernel\": \"flashmla_combine\", \"out_dtype\": 0}",
     "{\"kernel\": \"flashmla_combine\", \"out_dtype\": 1}",
     NULL,
