@@ -33,23 +33,12 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned bar, unsigned
                  : "memory");
 }
 
-// cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes: the TMA copy of
-// the box at coordinates (c0, c1, c2, c3) (innermost first; out-of-range parts read as zeros)
-// of the tensor described by tmap (a kernel parameter's address) to dst, completing its bytes on
-// bar.
+// cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint:
+// the TMA copy of the box at coordinates (c0, c1, c2, c3) (innermost first; out-of-range parts
+// read as zeros) of the tensor described by tmap (a kernel parameter's address) to dst,
+// completing its bytes on bar, read under the L2 policy (createpolicy).
 __device__ __forceinline__ void tma_load_4d(unsigned dst, const void *tmap, unsigned bar, int c0,
-                                            int c1, int c2, int c3) {
-    asm volatile(
-        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, "
-        "{%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
-        "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
-        : "memory");
-}
-
-// The same with an L2 cache policy (createpolicy) for the read.
-__device__ __forceinline__ void tma_load_4d_hint(unsigned dst, const void *tmap, unsigned bar,
-                                                 int c0, int c1, int c2, int c3,
-                                                 unsigned long long policy) {
+                                            int c1, int c2, int c3, unsigned long long policy) {
     asm volatile(
         "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
         " [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n" ::"r"(dst),

@@ -212,8 +212,7 @@ __device__ __forceinline__ void load_tile(const DecodeParams &p, const TmaDesc &
             const unsigned long long stream = l2_policy_evict_first();  // K is read once or twice
 #pragma unroll
             for (int pc = kLo; pc < kHi; pc++)
-                tma_load_4d_hint(buf + pc * kPieceBytes, &tk, bar, pc * 64, g, r.row, r.blk,
-                                 stream);
+                tma_load_4d(buf + pc * kPieceBytes, &tk, bar, pc * 64, g, r.row, r.blk, stream);
         }
     } else {
         load_pieces<kLo, kHi>(p, buf, bars, row_src(p, g, r), wt);
