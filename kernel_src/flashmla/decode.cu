@@ -72,6 +72,16 @@ __device__ __forceinline__ int page_of(const DecodeParams &p, int t) {
     return p.page_shift >= 0 ? t >> p.page_shift : t / p.page_size;
 }
 
+// Address of row `row` of cache block blk, kv head g (elements of elem_bytes), or null when blk
+// is out of range.
+__device__ __forceinline__ const unsigned char *cache_row(const DecodeParams &p, int blk, int row,
+                                                         int g, int elem_bytes) {
+    if (blk < 0 || blk >= p.num_blocks) return nullptr;
+    const long long e = (long long)blk * p.k_stride_block + (long long)row * p.k_stride_tok +
+                        (long long)g * p.k_stride_head;
+    return static_cast<const unsigned char *>(p.k) + e * elem_bytes;
+}
+
 // Address of key t (t < len) of kv head g of request req, or null when its page is out of range.
 template <int kKV, int kPageClass>
 __device__ __forceinline__ const unsigned char *key_row(const DecodeParams &p, int req, int g,
@@ -86,11 +96,7 @@ __device__ __forceinline__ const unsigned char *key_row(const DecodeParams &p, i
         row = t - page * p.page_size;
     }
     if (page >= p.max_blocks) return nullptr;
-    const int blk = p.block_table[(long long)req * p.bt_stride + page];
-    if (blk < 0 || blk >= p.num_blocks) return nullptr;
-    const long long e = (long long)blk * p.k_stride_block + (long long)row * p.k_stride_tok +
-                        (long long)g * p.k_stride_head;
-    return static_cast<const unsigned char *>(p.k) + e * kElemBytes;
+    return cache_row(p, p.block_table[(long long)req * p.bt_stride + page], row, g, kElemBytes);
 }
 
 // Issues the cp.async of one 64-key tile (keys [t0, t0 + 64), those >= t_end zero-filled):

@@ -155,10 +155,7 @@ __device__ __forceinline__ RowRef fetch_row(const DecodeParams &p, int req, int 
 
 // Address of a fetched row of kv head g, or null (zero fill).
 __device__ __forceinline__ const unsigned char *row_src(const DecodeParams &p, int g, RowRef r) {
-    if (r.blk < 0 || r.blk >= p.num_blocks) return nullptr;
-    const long long e = (long long)r.blk * p.k_stride_block + (long long)r.row * p.k_stride_tok +
-                        (long long)g * p.k_stride_head;
-    return static_cast<const unsigned char *>(p.k) + e * 2;
+    return cache_row(p, r.blk, r.row, g, 2);
 }
 
 // cp.async of pieces [kLo, kHi) (0-3 or 4-8) of one tile by the 128 threads of a warpgroup,
