@@ -234,6 +234,20 @@ mla_status mla__get_kernel(mla_runtime *rt, const mla__spec *spec, const mla__ke
     return mla__get_kernel_ex(rt, spec, out, NULL);
 }
 
+/* cuLaunchKernelEx of k over grid (gx, gy, gz) with its block size and dynamic shared memory and
+ * the n launch attributes attrs. */
+static mla_status launch_ex(mla_runtime *rt, const mla__kernel *k, unsigned gx, unsigned gy,
+                            unsigned gz, CUstream stream, void **args, CUlaunchAttribute *attrs,
+                            unsigned n) {
+    CUlaunchConfig cfg = {
+        .gridDimX = gx, .gridDimY = gy, .gridDimZ = gz, .blockDimX = (unsigned)k->launch.threads,
+        .blockDimY = 1, .blockDimZ = 1, .sharedMemBytes = (unsigned)k->launch.dynamic_smem,
+        .hStream = stream, .attrs = attrs, .numAttrs = n,
+    };
+    MLA_CU(rt, cuLaunchKernelEx(&cfg, k->function, args, NULL));
+    return MLA_OK;
+}
+
 mla_status mla__launch(mla_runtime *rt, const mla__kernel *k, unsigned gx, unsigned gy,
                        unsigned gz, CUstream stream, void **args) {
     if (k->launch.cluster <= 1) {
@@ -244,13 +258,7 @@ mla_status mla__launch(mla_runtime *rt, const mla__kernel *k, unsigned gx, unsig
     CUlaunchAttribute attr = {.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION};
     attr.value.clusterDim.x = (unsigned)k->launch.cluster;
     attr.value.clusterDim.y = attr.value.clusterDim.z = 1;
-    CUlaunchConfig cfg = {
-        .gridDimX = gx, .gridDimY = gy, .gridDimZ = gz, .blockDimX = (unsigned)k->launch.threads,
-        .blockDimY = 1, .blockDimZ = 1, .sharedMemBytes = (unsigned)k->launch.dynamic_smem,
-        .hStream = stream, .attrs = &attr, .numAttrs = 1,
-    };
-    MLA_CU(rt, cuLaunchKernelEx(&cfg, k->function, args, NULL));
-    return MLA_OK;
+    return launch_ex(rt, k, gx, gy, gz, stream, args, &attr, 1);
 }
 
 mla_status mla__launch_pdl(mla_runtime *rt, const mla__kernel *k, unsigned gx, unsigned gy,
@@ -259,11 +267,5 @@ mla_status mla__launch_pdl(mla_runtime *rt, const mla__kernel *k, unsigned gx, u
     memset(&attr, 0, sizeof attr);
     attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
     attr.value.programmaticStreamSerializationAllowed = 1;
-    CUlaunchConfig cfg = {
-        .gridDimX = gx, .gridDimY = gy, .gridDimZ = gz, .blockDimX = (unsigned)k->launch.threads,
-        .blockDimY = 1, .blockDimZ = 1, .sharedMemBytes = (unsigned)k->launch.dynamic_smem,
-        .hStream = stream, .attrs = &attr, .numAttrs = rt->cc >= 90 ? 1 : 0,
-    };
-    MLA_CU(rt, cuLaunchKernelEx(&cfg, k->function, args, NULL));
-    return MLA_OK;
+    return launch_ex(rt, k, gx, gy, gz, stream, args, &attr, rt->cc >= 90 ? 1 : 0);
 }
