@@ -64,7 +64,8 @@ mla_status mla__flashmla_decode_sm90_build(const mla__spec *spec, char *name_exp
 
 const char *mla__flashmla_decode_kind(const char *arch, int kv, const char *force) {
     int portable = force && !strcmp(force, "portable");
-    if (!portable && !strcmp(arch, "sm_90a") && kv != MLA__FLASHMLA_KV_FP8)
+    const mla__kernel_kind *sm90 = mla__kernel_kind_find("flashmla_decode_sm90");
+    if (!portable && !strcmp(arch, sm90->only_arch) && kv != MLA__FLASHMLA_KV_FP8)
         return "flashmla_decode_sm90";
     return "flashmla_decode";
 }
