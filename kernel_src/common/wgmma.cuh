@@ -81,6 +81,32 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 }
 
 #define MLA_WGMMA_D4(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
+// The accumulator operands of the m64n64 (32 registers) and m64n256 (128 registers) forms: the
+// register list of the instruction text and its "+f" constraints.
+#define MLA_WGMMA_D32_REGS                                                                         \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,\n"                     \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define MLA_WGMMA_D32_OUTS                                                                         \
+    MLA_WGMMA_D4(0), MLA_WGMMA_D4(1), MLA_WGMMA_D4(2), MLA_WGMMA_D4(3),                            \
+    MLA_WGMMA_D4(4), MLA_WGMMA_D4(5), MLA_WGMMA_D4(6), MLA_WGMMA_D4(7)
+#define MLA_WGMMA_D128_REGS                                                                        \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,\n"                     \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,\n"            \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,\n"            \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,\n"            \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,\n"            \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,\n"            \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,\n" \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
+#define MLA_WGMMA_D128_OUTS                                                                        \
+    MLA_WGMMA_D4(0), MLA_WGMMA_D4(1), MLA_WGMMA_D4(2), MLA_WGMMA_D4(3),                            \
+    MLA_WGMMA_D4(4), MLA_WGMMA_D4(5), MLA_WGMMA_D4(6), MLA_WGMMA_D4(7),                            \
+    MLA_WGMMA_D4(8), MLA_WGMMA_D4(9), MLA_WGMMA_D4(10), MLA_WGMMA_D4(11),                          \
+    MLA_WGMMA_D4(12), MLA_WGMMA_D4(13), MLA_WGMMA_D4(14), MLA_WGMMA_D4(15),                        \
+    MLA_WGMMA_D4(16), MLA_WGMMA_D4(17), MLA_WGMMA_D4(18), MLA_WGMMA_D4(19),                        \
+    MLA_WGMMA_D4(20), MLA_WGMMA_D4(21), MLA_WGMMA_D4(22), MLA_WGMMA_D4(23),                        \
+    MLA_WGMMA_D4(24), MLA_WGMMA_D4(25), MLA_WGMMA_D4(26), MLA_WGMMA_D4(27),                        \
+    MLA_WGMMA_D4(28), MLA_WGMMA_D4(29), MLA_WGMMA_D4(30), MLA_WGMMA_D4(31)
 
 // wgmma.mma_async.sync.aligned.m64n64k16.f32.{f16,bf16}: D[64 x 64] (+)= A[64 x 16] B[16 x 64],
 // A from shared memory (descriptor, K-major), B from shared memory, K-major (kTransB 0) or
@@ -89,11 +115,9 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
     asm volatile(                                                                                  \
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                               \
         "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY "\n"                               \
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,\n"                 \
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},\n"       \
+        MLA_WGMMA_D32_REGS ",\n"                                                                   \
         "%32, %33, p, 1, 1, 0, %35;\n}\n"                                                          \
-        : MLA_WGMMA_D4(0), MLA_WGMMA_D4(1), MLA_WGMMA_D4(2), MLA_WGMMA_D4(3),                      \
-          MLA_WGMMA_D4(4), MLA_WGMMA_D4(5), MLA_WGMMA_D4(6), MLA_WGMMA_D4(7)                       \
+        : MLA_WGMMA_D32_OUTS                                                                       \
         : "l"(a_desc), "l"(b_desc), "r"(scale_d), "n"(kTransB))
 template <bool kF16, int kTransB>
 __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[8][4], unsigned long long a_desc,
@@ -117,11 +141,9 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[8][4], unsigned lo
     asm volatile(                                                                                  \
         "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                               \
         "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY "\n"                               \
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,\n"                 \
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},\n"       \
+        MLA_WGMMA_D32_REGS ",\n"                                                                   \
         "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"                                            \
-        : MLA_WGMMA_D4(0), MLA_WGMMA_D4(1), MLA_WGMMA_D4(2), MLA_WGMMA_D4(3),                      \
-          MLA_WGMMA_D4(4), MLA_WGMMA_D4(5), MLA_WGMMA_D4(6), MLA_WGMMA_D4(7)                       \
+        : MLA_WGMMA_D32_OUTS                                                                       \
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(scale_d), "n"(kTransB))
 template <bool kF16, int kTransB>
 __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[8][4], const unsigned (&a)[4],
@@ -144,23 +166,9 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[8][4], const unsig
     asm volatile(                                                                                  \
         "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                              \
         "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY "\n"                              \
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,\n"                 \
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,\n"        \
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,\n"        \
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,\n"        \
-        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,\n"        \
-        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,\n"        \
-        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,\n" \
-        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127},\n" \
+        MLA_WGMMA_D128_REGS ",\n"                                                                  \
         "%128, %129, p, 1, 1, 0, %131;\n}\n"                                                       \
-        : MLA_WGMMA_D4(0), MLA_WGMMA_D4(1), MLA_WGMMA_D4(2), MLA_WGMMA_D4(3),                      \
-          MLA_WGMMA_D4(4), MLA_WGMMA_D4(5), MLA_WGMMA_D4(6), MLA_WGMMA_D4(7),                      \
-          MLA_WGMMA_D4(8), MLA_WGMMA_D4(9), MLA_WGMMA_D4(10), MLA_WGMMA_D4(11),                    \
-          MLA_WGMMA_D4(12), MLA_WGMMA_D4(13), MLA_WGMMA_D4(14), MLA_WGMMA_D4(15),                  \
-          MLA_WGMMA_D4(16), MLA_WGMMA_D4(17), MLA_WGMMA_D4(18), MLA_WGMMA_D4(19),                  \
-          MLA_WGMMA_D4(20), MLA_WGMMA_D4(21), MLA_WGMMA_D4(22), MLA_WGMMA_D4(23),                  \
-          MLA_WGMMA_D4(24), MLA_WGMMA_D4(25), MLA_WGMMA_D4(26), MLA_WGMMA_D4(27),                  \
-          MLA_WGMMA_D4(28), MLA_WGMMA_D4(29), MLA_WGMMA_D4(30), MLA_WGMMA_D4(31)                   \
+        : MLA_WGMMA_D128_OUTS                                                                      \
         : "l"(a_desc), "l"(b_desc), "r"(scale_d), "n"(kTransB))
 template <bool kF16, int kTransB>
 __device__ __forceinline__ void wgmma_m64n256k16_ss(float (&d)[32][4], unsigned long long a_desc,
@@ -184,23 +192,9 @@ __device__ __forceinline__ void wgmma_m64n256k16_ss(float (&d)[32][4], unsigned 
     asm volatile(                                                                                  \
         "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"                                              \
         "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY "\n"                              \
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,\n"                 \
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,\n"        \
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,\n"        \
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,\n"        \
-        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,\n"        \
-        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,\n"        \
-        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,\n" \
-        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127},\n" \
+        MLA_WGMMA_D128_REGS ",\n"                                                                  \
         "{%128, %129, %130, %131}, %132, p, 1, 1, %134;\n}\n"                                      \
-        : MLA_WGMMA_D4(0), MLA_WGMMA_D4(1), MLA_WGMMA_D4(2), MLA_WGMMA_D4(3),                      \
-          MLA_WGMMA_D4(4), MLA_WGMMA_D4(5), MLA_WGMMA_D4(6), MLA_WGMMA_D4(7),                      \
-          MLA_WGMMA_D4(8), MLA_WGMMA_D4(9), MLA_WGMMA_D4(10), MLA_WGMMA_D4(11),                    \
-          MLA_WGMMA_D4(12), MLA_WGMMA_D4(13), MLA_WGMMA_D4(14), MLA_WGMMA_D4(15),                  \
-          MLA_WGMMA_D4(16), MLA_WGMMA_D4(17), MLA_WGMMA_D4(18), MLA_WGMMA_D4(19),                  \
-          MLA_WGMMA_D4(20), MLA_WGMMA_D4(21), MLA_WGMMA_D4(22), MLA_WGMMA_D4(23),                  \
-          MLA_WGMMA_D4(24), MLA_WGMMA_D4(25), MLA_WGMMA_D4(26), MLA_WGMMA_D4(27),                  \
-          MLA_WGMMA_D4(28), MLA_WGMMA_D4(29), MLA_WGMMA_D4(30), MLA_WGMMA_D4(31)                   \
+        : MLA_WGMMA_D128_OUTS                                                                      \
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(scale_d), "n"(kTransB))
 template <bool kF16, int kTransB>
 __device__ __forceinline__ void wgmma_m64n256k16_rs(float (&d)[32][4], const unsigned (&a)[4],
@@ -218,5 +212,9 @@ __device__ __forceinline__ void wgmma_m64n256k16_rs(float (&d)[32][4], const uns
 
 
 #undef MLA_WGMMA_D4
+#undef MLA_WGMMA_D32_REGS
+#undef MLA_WGMMA_D32_OUTS
+#undef MLA_WGMMA_D128_REGS
+#undef MLA_WGMMA_D128_OUTS
 
 }  // namespace mla
