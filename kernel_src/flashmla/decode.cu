@@ -117,6 +117,18 @@ __device__ __forceinline__ void load_kv_tile(const DecodeParams &p, unsigned dst
     }
 }
 
+// Address of Q row r of CTA row block m (row 64 m + r of kv head g: query token j, head h;
+// elements of elem_bytes), or null past the rows.
+__device__ __forceinline__ const unsigned char *q_row(const DecodeParams &p, int req, int g, int m,
+                                                      int rows, int r, int elem_bytes) {
+    const int rr = m * kBlockM + r;
+    if (rr >= rows) return nullptr;
+    const int j = rr / p.heads_per_kv, h = g * p.heads_per_kv + rr % p.heads_per_kv;
+    return static_cast<const unsigned char *>(p.q) +
+           ((long long)req * p.q_stride_b + (long long)j * p.q_stride_s +
+            (long long)h * p.q_stride_h) * elem_bytes;
+}
+
 // Issues the cp.async of the 64 query rows of CTA row block m (rows >= rows zero-filled), into
 // the swizzled Q tile (16-bit) or the first fp8 staging tile.
 template <int kKV>
@@ -124,15 +136,10 @@ __device__ __forceinline__ void load_q_tile(const DecodeParams &p, unsigned dst,
                                             int m, int rows) {
     constexpr bool kFp8 = KvTraits<kKV>::kFp8;
     constexpr int kChunks = kFp8 ? kD / 16 : kRowChunks;
-    const int r = threadIdx.x >> 2, rr = m * kBlockM + r;
-    const bool valid = rr < rows;
-    const unsigned char *src = static_cast<const unsigned char *>(p.q);
-    if (valid) {
-        const int j = rr / p.heads_per_kv, h = g * p.heads_per_kv + rr % p.heads_per_kv;
-        const long long e = (long long)req * p.q_stride_b + (long long)j * p.q_stride_s +
-                            (long long)h * p.q_stride_h;
-        src += e * (kFp8 ? 1 : 2);
-    }
+    const int r = threadIdx.x >> 2;
+    const unsigned char *src = q_row(p, req, g, m, rows, r, kFp8 ? 1 : 2);
+    const bool valid = src != nullptr;
+    if (!valid) src = static_cast<const unsigned char *>(p.q);
     for (int c = threadIdx.x & 3; c < kChunks; c += 4) {
         const unsigned off = kFp8 ? (unsigned)(r * kD + c * 16) : swz(r, c, kRowBytes);
         cp_async_16(dst + off, src + c * 16, valid);

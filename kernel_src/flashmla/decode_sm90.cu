@@ -90,31 +90,19 @@ __device__ __forceinline__ void reg_fence(float (&d)[N][4]) {
         for (int e = 0; e < 4; e++) reg_fence(d[i][e]);
 }
 
-// Address of Q row r of the CTA (row 64 m + r of kv head g: query token j, head h), or null
-// past the rows.
-__device__ __forceinline__ const unsigned char *q_row(const DecodeParams &p, int req, int g, int m,
-                                                      int rows, int r) {
-    const int rr = m * kBlockM + r;
-    if (rr >= rows) return nullptr;
-    const int j = rr / p.heads_per_kv, h = g * p.heads_per_kv + rr % p.heads_per_kv;
-    return static_cast<const unsigned char *>(p.q) +
-           ((long long)req * p.q_stride_b + (long long)j * p.q_stride_s +
-            (long long)h * p.q_stride_h) * 2;
-}
-
 // cp.async of the Q rows [64 m, 64 m + 64) of kv head g (rows >= rows zero-filled), all threads,
 // committed as one group; and an L2 prefetch of the next request's rows (next_req >= 0).
 __device__ __forceinline__ void load_q_tile90(const DecodeParams &p, unsigned dst, int req, int g,
                                               int m, int rows, int next_req) {
     const int r = threadIdx.x >> 2;
-    const unsigned char *src = q_row(p, req, g, m, rows, r);
+    const unsigned char *src = q_row(p, req, g, m, rows, r, 2);
     const bool valid = src != nullptr;
     if (!valid) src = static_cast<const unsigned char *>(p.q);
     for (int c = threadIdx.x & 3; c < kRowChunks; c += 4)
         cp_async_16(dst + tile_off(r, c), src + c * 16, valid);
     cp_async_commit();
     if (next_req >= 0 && threadIdx.x < kBlockM) {
-        const unsigned char *nxt = q_row(p, next_req, g, m, rows, threadIdx.x);
+        const unsigned char *nxt = q_row(p, next_req, g, m, rows, threadIdx.x, 2);
         if (nxt) prefetch_l2_bulk(nxt, kRowBytes);
     }
 }
