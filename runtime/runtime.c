@@ -136,6 +136,16 @@ static void resolve_flashmla_decode(mla_runtime *rt) {
                  "\"%s\": ignored", v);
 }
 
+/* $MLAJIT_FAKEQUANT_PREFILL, read here once: "portable" runs the fake-quant prefill on the fp32
+ * kernel even where the tensor-core one applies; any other value is ignored with a warning. */
+static void resolve_fakequant_prefill(mla_runtime *rt) {
+    const char *v = env("MLAJIT_FAKEQUANT_PREFILL");
+    rt->fakequant_prefill_portable = v && !strcmp(v, "portable");
+    if (v && !rt->fakequant_prefill_portable)
+        mla__log(rt, MLA_LOG_WARN, "MLAJIT_FAKEQUANT_PREFILL: expected \"portable\" or unset, got "
+                 "\"%s\": ignored", v);
+}
+
 /* Copies the options and resolves what they leave to the environment. */
 static mla_status apply_options(mla_runtime *rt, const mla_options *options) {
     mla_options_init(&rt->options);
@@ -160,6 +170,7 @@ static mla_status apply_options(mla_runtime *rt, const mla_options *options) {
     resolve_cache_dir(rt, options ? options->cache_dir : NULL);
     resolve_cuda_home(rt);
     resolve_flashmla_decode(rt);
+    resolve_fakequant_prefill(rt);
     return MLA_OK;
 }
 
