@@ -302,6 +302,7 @@ struct mla_runtime {
                                       FlashMLA decode runs the portable kernel on sm_90a too */
     int fakequant_prefill_portable; /* $MLAJIT_FAKEQUANT_PREFILL was "portable" at create: the
                                        fake-quant prefill runs the fp32 kernel everywhere */
+    int fakequant_prefill_warps;    /* "mma4" / "mma8": 4 or 8; 0: the default CTA */
     pthread_mutex_t lock;          /* guards the table */
     pthread_mutex_t sources_lock;  /* guards sources */
     mla__table_slot *table;        /* open addressing, capacity a power of two */

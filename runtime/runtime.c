@@ -137,13 +137,15 @@ static void resolve_flashmla_decode(mla_runtime *rt) {
 }
 
 /* $MLAJIT_FAKEQUANT_PREFILL, read here once: "portable" runs the fake-quant prefill on the fp32
- * kernel even where the tensor-core one applies; any other value is ignored with a warning. */
+ * kernel even where the tensor-core one applies, "mma4" / "mma8" pick the tensor-core kernel's
+ * CTA of 4 or 8 warps (comparisons); any other value is ignored with a warning. */
 static void resolve_fakequant_prefill(mla_runtime *rt) {
     const char *v = env("MLAJIT_FAKEQUANT_PREFILL");
     rt->fakequant_prefill_portable = v && !strcmp(v, "portable");
-    if (v && !rt->fakequant_prefill_portable)
-        mla__log(rt, MLA_LOG_WARN, "MLAJIT_FAKEQUANT_PREFILL: expected \"portable\" or unset, got "
-                 "\"%s\": ignored", v);
+    rt->fakequant_prefill_warps = v && !strcmp(v, "mma4") ? 4 : v && !strcmp(v, "mma8") ? 8 : 0;
+    if (v && !rt->fakequant_prefill_portable && !rt->fakequant_prefill_warps)
+        mla__log(rt, MLA_LOG_WARN, "MLAJIT_FAKEQUANT_PREFILL: expected \"portable\", \"mma4\", "
+                 "\"mma8\" or unset, got \"%s\": ignored", v);
 }
 
 /* Copies the options and resolves what they leave to the environment. */

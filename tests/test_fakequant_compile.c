@@ -19,7 +19,7 @@ typedef struct compile_case {
     char arch[16];
     char kernel[32];
     int n;
-    int v[8];
+    int v[9];
 } compile_case;
 
 #define N_PREFILL 12
@@ -32,7 +32,7 @@ static compile_case *add_case(int *n, const char *arch, const char *kernel, int 
     snprintf(c->arch, sizeof c->arch, "%s", arch);
     snprintf(c->kernel, sizeof c->kernel, "%s", kernel);
     c->n = count, c->v[0] = v0, c->v[1] = v1, c->v[2] = v2, c->v[3] = v3;
-    c->v[4] = c->v[5] = c->v[6] = c->v[7] = 0;
+    c->v[4] = c->v[5] = c->v[6] = c->v[7] = c->v[8] = 0;
     return c;
 }
 
@@ -62,16 +62,17 @@ static void fill_cases(void) {
             c->v[4] = v[4], c->v[5] = v[5];
         }
         /* tensor-core prefill: the same specs, head dims (192, 128) (the GPU tests' and the
-         * bench's), (64, 32) and in turn every other dqk and dv */
+         * bench's), (64, 32) and in turn every other dqk and dv, CTAs of 4 and 8 warps */
         static const int dims[N_PREFILL][2] = {
             {192, 128}, {192, 128}, {192, 128}, {64, 32}, {192, 128}, {64, 32},
             {192, 128}, {64, 32}, {128, 64}, {64, 32}, {64, 32}, {128, 128},
         };
         for (int i = 0; i < N_PREFILL; i++) {
             const int *v = prefill_specs[i];
-            compile_case *c = add_case(&n, archs[a], "fakequant_prefill_mma", 8, v[0], v[1], v[2],
+            compile_case *c = add_case(&n, archs[a], "fakequant_prefill_mma", 9, v[0], v[1], v[2],
                                        v[3]);
             c->v[4] = v[4], c->v[5] = v[5], c->v[6] = dims[i][0], c->v[7] = dims[i][1];
+            c->v[8] = i % 2 ? 8 : 4;
         }
     }
 }
@@ -102,12 +103,12 @@ ParameterizedTest(compile_case *c, fakequant_compile, every_spec) {
     int decode = !strcmp(c->kernel, "fakequant_decode");
     int prefill = !strcmp(c->kernel, "fakequant_prefill");
     int mma = !strcmp(c->kernel, "fakequant_prefill_mma");
-    cr_expect(launch.threads == (mma ? MLA__FQ_PREFILL_MMA_THREADS
+    cr_expect(launch.threads == (mma ? c->v[8] * 32
                                  : strcmp(c->kernel, "fakequant_qdq") ? MLA__FQ_THREADS
                                                                       : MLA__FQ_QDQ_THREADS),
               "%s: threads %d", desc, launch.threads);
     cr_expect(launch.dynamic_smem == (decode ? MLA__FQ_DECODE_SMEM : prefill ? MLA__FQ_PREFILL_SMEM
-                                      : mma ? MLA__FQ_PREFILL_MMA_SMEM(c->v[6], c->v[7]) : 0),
+                                      : mma ? MLA__FQ_PREFILL_MMA_SMEM(c->v[6], c->v[7], c->v[8]) : 0),
               "%s: smem %d", desc, launch.dynamic_smem);
     cr_expect(launch.dynamic_smem <= 227 * 1024, "%s: smem %d over the 227 KiB limit", desc,
               launch.dynamic_smem);
@@ -115,7 +116,7 @@ ParameterizedTest(compile_case *c, fakequant_compile, every_spec) {
 }
 
 Test(fakequant_compile, builders_refuse_bad_specs) {
-    static const struct { const char *kernel; int n; long long v[8]; } bad[] = {
+    static const struct { const char *kernel; int n; long long v[9]; } bad[] = {
         {"fakequant_qdq", 2, {3, 1}}, {"fakequant_qdq", 2, {0, 0}}, {"fakequant_qdq", 2, {0, 3}},
         {"fakequant_decode", 4, {2, 0, 0, 0}}, {"fakequant_decode", 4, {0, 3, 0, 0}},
         {"fakequant_decode", 4, {0, 0, -1, 0}}, {"fakequant_decode", 4, {0, 0, 0, 3}},
@@ -123,11 +124,12 @@ Test(fakequant_compile, builders_refuse_bad_specs) {
         {"fakequant_prefill", 6, {2, 0, 0, 0, 0, 0}}, {"fakequant_prefill", 6, {0, 3, 0, 0, 0, 0}},
         {"fakequant_prefill", 6, {0, 0, 0, 0, 0, 6}}, {"fakequant_prefill", 6, {0, 0, 0, 0, 0, 9}},
         {"fakequant_prefill", 5, {0, 0, 0, 0, 0}},
-        {"fakequant_prefill_mma", 8, {0, 0, 0, 0, 0, 0, 576, 512}},
-        {"fakequant_prefill_mma", 8, {0, 0, 0, 0, 0, 0, 192, 96}},
-        {"fakequant_prefill_mma", 8, {0, 0, 0, 0, 0, 0, 96, 128}},
-        {"fakequant_prefill_mma", 8, {0, 0, 0, 0, 0, 6, 192, 128}},
-        {"fakequant_prefill_mma", 6, {0, 0, 0, 0, 0, 0}},
+        {"fakequant_prefill_mma", 9, {0, 0, 0, 0, 0, 0, 576, 512, 4}},
+        {"fakequant_prefill_mma", 9, {0, 0, 0, 0, 0, 0, 192, 96, 4}},
+        {"fakequant_prefill_mma", 9, {0, 0, 0, 0, 0, 0, 96, 128, 4}},
+        {"fakequant_prefill_mma", 9, {0, 0, 0, 0, 0, 6, 192, 128, 4}},
+        {"fakequant_prefill_mma", 9, {0, 0, 0, 0, 0, 0, 192, 128, 6}},
+        {"fakequant_prefill_mma", 8, {0, 0, 0, 0, 0, 0, 192, 128}},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         const mla__kernel_kind *kind = mla__kernel_kind_find(bad[i].kernel);

@@ -9,12 +9,13 @@
  * block_n 16..128, and q with a padded token stride. Properties: N:M keeps exactly the top N
  * under ties for M = 4 and every tie for M = 8, sink/recent/single-row exemptions (one-hot v makes
  * the kept set visible), the 2-chunk LSE merge equals the single shot, block_n and amax change
- * quantized results, and all-NVFP4 stays close to dense [cos > 0.98]. Every test runs twice on
+ * quantized results, and all-NVFP4 stays close to dense [cos > 0.98]. Every test runs three times on
  * the same inputs: on a default runtime, where the tensor-core kernel (prefill_mma.cu, "[mma]" in
  * messages) runs every case its shapes allow (head dims 192/128 and 64/32 here; 576/512 and P
  * quantized with block_n 128 take the fp32 kernel, and the test checks which kernel ran), then
  * on a runtime created with MLAJIT_FAKEQUANT_PREFILL=portable, which runs the fp32 kernel
- * (prefill.cu, "[fp32]") everywhere. Reproduce a failure with MLAJIT_TEST_SEED=<seed in the
+ * (prefill.cu, "[fp32]") everywhere, and on one with MLAJIT_FAKEQUANT_PREFILL=mma8, the
+ * tensor-core kernel with 8-warp CTAs ("[mma8]"; the default has 4). Reproduce a failure with MLAJIT_TEST_SEED=<seed in the
  * message>. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
@@ -71,25 +72,33 @@ ParameterizedTestParameters(fakequant_prefill_gpu, sweep) {
     return cr_make_param_array(mlt_pf_case, sweep, sizeof sweep / sizeof sweep[0]);
 }
 
-/* A GPU runtime created with $MLAJIT_FAKEQUANT_PREFILL = "portable" (pass 1) or unset (pass 0),
- * which the runtime reads at creation only; the variable is restored. Skips without a GPU. */
-static mla_runtime *gpu_or_skip(int portable) {
+/* The passes: the default runtime, $MLAJIT_FAKEQUANT_PREFILL = "portable" (the fp32 kernel) and
+ * "mma8" (the tensor-core kernel with 8-warp CTAs instead of the default 4). */
+enum { N_PASS = 3 };
+static const char *const pass_label[N_PASS] = {"mma", "fp32", "mma8"};
+static const char *const pass_env[N_PASS] = {NULL, "portable", "mma8"};
+
+/* A GPU runtime created with $MLAJIT_FAKEQUANT_PREFILL as pass_env[pass] (unset for NULL), which
+ * the runtime reads at creation only; the variable is restored. Skips without a GPU. */
+static mla_runtime *gpu_or_skip(int pass) {
     static const char name[] = "MLAJIT_FAKEQUANT_PREFILL";
     const char *old = getenv(name);
     char *saved = old ? strdup(old) : NULL;
+    int portable = pass == 1;
     cr_assert(!old || saved, "out of host memory");
-    cr_assert((portable ? setenv(name, "portable", 1) : unsetenv(name)) == 0, "set %s", name);
+    cr_assert((pass_env[pass] ? setenv(name, pass_env[pass], 1) : unsetenv(name)) == 0, "set %s",
+              name);
     mla_runtime *rt = NULL;
     int ok = mlt_gpu_runtime(&rt);
     cr_assert((saved ? setenv(name, saved, 1) : unsetenv(name)) == 0, "restore %s", name);
     free(saved);
     if (!ok) cr_skip_test("no GPU");
-    cr_assert(rt->fakequant_prefill_portable == portable, "MLAJIT_FAKEQUANT_PREFILL=%s at creation: "
-              "portable %d", portable ? "portable" : "(unset)", rt->fakequant_prefill_portable);
+    cr_assert(rt->fakequant_prefill_portable == portable &&
+              rt->fakequant_prefill_warps == (pass == 2 ? 8 : 0), "MLAJIT_FAKEQUANT_PREFILL=%s at "
+              "creation: portable %d, warps %d", pass_env[pass] ? pass_env[pass] : "(unset)",
+              rt->fakequant_prefill_portable, rt->fakequant_prefill_warps);
     return rt;
 }
-
-static const char *const pass_label[2] = {"mma", "fp32"};
 
 /* Kernels of kind loaded in rt (its kernel table). */
 static int loaded_of_kind(const mla_runtime *rt, const char *kind) {
@@ -108,11 +117,11 @@ static int expect_mma(const mlt_pf_case *c) {
            (c->p == MLA_QDQ_NONE || bn == 16 || bn == 32 || bn == 64);
 }
 
-/* The kernels rt ran: in pass 0 the tensor-core one when any case used expects it (mma) and the
- * fp32 one when any does not (fp32); in pass 1 the fp32 one only. */
+/* The kernels rt ran: in passes 0 and 2 the tensor-core one when any case used expects it (mma)
+ * and the fp32 one when any does not (fp32); in pass 1 the fp32 one only. */
 static void expect_kernels(const mla_runtime *rt, int pass, int mma, int fp32, const char *name) {
     int nm = loaded_of_kind(rt, "fakequant_prefill_mma"), nf = loaded_of_kind(rt, "fakequant_prefill");
-    if (pass) mma = 0, fp32 = 1;
+    if (pass == 1) mma = 0, fp32 = 1;
     cr_assert((nm > 0) == mma && (nf > 0) == fp32, "%s [%s]: expected %s tensor-core and %s fp32 "
               "kernels, the runtime loaded %d and %d", name, pass_label[pass], mma ? "some" : "no",
               fp32 ? "some" : "no", nm, nf);
@@ -195,7 +204,7 @@ static unsigned char *nm_unsure_rows(const mlt_pf_case *c, const mlt_pf_run *r, 
 
 ParameterizedTest(mlt_pf_case *c0, fakequant_prefill_gpu, sweep) {
     uint64_t seed = mlt_seed();
-    for (int pass = 0; pass < 2; pass++) {
+    for (int pass = 0; pass < N_PASS; pass++) {
         mla_runtime *rt = gpu_or_skip(pass);
         mlt_pf_case cl = labelled(c0, pass), *c = &cl;
         mlt_pf_run r;
@@ -271,8 +280,7 @@ static void nm_exemptions_exact_on(int pass) {
 }
 
 Test(fakequant_prefill_gpu, nm_exemptions_exact) {
-    nm_exemptions_exact_on(0);
-    nm_exemptions_exact_on(1);
+    for (int pass = 0; pass < N_PASS; pass++) nm_exemptions_exact_on(pass);
 }
 
 /* Every N:M group fully tied (k rows equal within groups of 8), non-causal, no exemptions: M = 4
@@ -309,8 +317,7 @@ static void nm_ties_on(int pass) {
 }
 
 Test(fakequant_prefill_gpu, nm_ties) {
-    nm_ties_on(0);
-    nm_ties_on(1);
+    for (int pass = 0; pass < N_PASS; pass++) nm_ties_on(pass);
 }
 
 /* Causal prefill of q 48 over k 112 equals the LSE merge of a non-causal chunk over keys
@@ -359,8 +366,7 @@ static void two_chunk_lse_merge_on(int pass) {
 }
 
 Test(fakequant_prefill_gpu, two_chunk_lse_merge) {
-    two_chunk_lse_merge_on(0);
-    two_chunk_lse_merge_on(1);
+    for (int pass = 0; pass < N_PASS; pass++) two_chunk_lse_merge_on(pass);
 }
 
 static double max_diff(const double *a, const double *b, size_t n) {
@@ -417,6 +423,5 @@ static void quantization_changes_results_on(int pass) {
 }
 
 Test(fakequant_prefill_gpu, quantization_changes_results) {
-    quantization_changes_results_on(0);
-    quantization_changes_results_on(1);
+    for (int pass = 0; pass < N_PASS; pass++) quantization_changes_results_on(pass);
 }

@@ -52,22 +52,26 @@ struct PrefillMmaParams {
 };
 static_assert(sizeof(PrefillMmaParams) == 184, "mirrored by mla__fq_prefill_mma_params");
 
-constexpr int kPmWarps = 8;
-constexpr int kPmThreads = kPmWarps * 32;
-constexpr int kPmBM = 16 * kPmWarps;   // rows of a CTA tile
-constexpr int kPmBN = 64;              // keys of a KV tile
+constexpr int kPmBN = 64;   // keys of a KV tile
 constexpr float kPmLn2 = 0.6931471805599453f;
 
-// Shared-memory layout (elements of 16 bits): Q [128][dqk + 8], K [2][64][dqk + 8],
+// Shared-memory layout (elements of 16 bits): Q [16 warps][dqk + 8], K [2][64][dqk + 8],
 // V [2][64][dv + 8].
-template <int kDqk, int kDv>
+template <int kW, int kDqk, int kDv>
 struct PmLayout {
     static constexpr int kQs = kDqk + 8, kVs = kDv + 8;
-    static constexpr int kQ = kPmBM * kQs, kK = kPmBN * kQs, kV = kPmBN * kVs;
+    static constexpr int kQ = 16 * kW * kQs, kK = kPmBN * kQs, kV = kPmBN * kVs;
     static constexpr int kBytes = (kQ + 2 * kK + 2 * kV) * 2;
 };
 
 __device__ __forceinline__ float pm_neg_inf() { return __int_as_float(0xff800000); }
+
+// 2^x (ex2.approx.ftz: results below 2^-126 flush to 0; -inf gives 0).
+__device__ __forceinline__ float pm_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
 
 template <bool kF16>
 __device__ __forceinline__ void pm_mma(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
@@ -111,26 +115,38 @@ __device__ __forceinline__ float pm_carrier(float p) {
     else return __bfloat162float(__float2bfloat16_rn(p));
 }
 
-// Codes of rows [0, n) of a shared tile [n][stride] of d features, in place: fp8 elementwise,
-// nvfp4 in 16-feature blocks of each row.
-template <bool kF16, int kMode>
-__device__ __forceinline__ void pm_quant_rows(unsigned short *t, int n, int d, int stride,
-                                              float scale) {
+// Codes of the kN rows of a shared tile [kN][stride] of kD features, in place: fp8 elementwise
+// (pairs), nvfp4 in 16-feature blocks of each row. Compile-time trip counts (every thread takes
+// the same number of items where they divide), unrolled so that independent items overlap.
+template <bool kF16, int kMode, int kThreads, int kN, int kD>
+__device__ __forceinline__ void pm_quant_rows(unsigned short *t, int stride, float scale) {
     if constexpr (kMode == kNvfp4) {
-        const int per = d / 16;
-        for (int b = threadIdx.x; b < n * per; b += kPmThreads) {
-            unsigned short *x = t + (b / per) * stride + (b % per) * 16;
+        constexpr int kPer = kD / 16, kItems = kN * kPer;
+#pragma unroll 2
+        for (int it = 0; it < (kItems + kThreads - 1) / kThreads; it++) {
+            const int b = it * kThreads + threadIdx.x;
+            if (kItems % kThreads != 0 && b >= kItems) break;
+            uint4 *x = reinterpret_cast<uint4 *>(t + (b / kPer) * stride + (b % kPer) * 16);
+            uint4 w[2] = {x[0], x[1]};
+            unsigned short *h = reinterpret_cast<unsigned short *>(w);
             float v[16];
 #pragma unroll
-            for (int i = 0; i < 16; i++) v[i] = pm_to_f32<kF16>(x[i]);
+            for (int i = 0; i < 16; i++) v[i] = pm_to_f32<kF16>(h[i]);
             nvfp4_code16(v, scale);
 #pragma unroll
-            for (int i = 0; i < 16; i++) x[i] = pm_from_f32<kF16>(v[i]);
+            for (int i = 0; i < 16; i++) h[i] = pm_from_f32<kF16>(v[i]);
+            x[0] = w[0], x[1] = w[1];
         }
     } else if constexpr (kMode == kFp8) {
-        for (int e = threadIdx.x; e < n * d; e += kPmThreads) {
-            unsigned short *x = t + (e / d) * stride + e % d;
-            *x = pm_from_f32<kF16>(fp8_code(pm_to_f32<kF16>(*x), scale));
+        constexpr int kPairs = kD / 2, kItems = kN * kPairs;
+#pragma unroll 4
+        for (int it = 0; it < (kItems + kThreads - 1) / kThreads; it++) {
+            const int e = it * kThreads + threadIdx.x;
+            if (kItems % kThreads != 0 && e >= kItems) break;
+            unsigned *x = reinterpret_cast<unsigned *>(t + (e / kPairs) * stride) + e % kPairs;
+            const unsigned w = *x;
+            *x = pm_from_f32<kF16>(fp8_code(pm_to_f32<kF16>(w & 0xffff), scale)) |
+                 (unsigned)pm_from_f32<kF16>(fp8_code(pm_to_f32<kF16>(w >> 16), scale)) << 16;
         }
     }
 }
@@ -138,10 +154,14 @@ __device__ __forceinline__ void pm_quant_rows(unsigned short *t, int n, int d, i
 // V codes of a 64-key tile [64][stride] in place: fp8 elementwise, nvfp4 per feature over the 16
 // keys of each group (the tile starts at a multiple of 64 from the sequence's key 0; keys past
 // k_len were zero-filled, so the tail group pads with 0).
-template <bool kF16, int kMode, int kDv>
+template <bool kF16, int kMode, int kDv, int kThreads>
 __device__ __forceinline__ void pm_quant_v(unsigned short *t, int stride, float scale) {
     if constexpr (kMode == kNvfp4) {
-        for (int c = threadIdx.x; c < kDv * (kPmBN / 16); c += kPmThreads) {
+        constexpr int kItems = kDv * (kPmBN / 16);
+#pragma unroll 2
+        for (int it = 0; it < (kItems + kThreads - 1) / kThreads; it++) {
+            const int c = it * kThreads + threadIdx.x;
+            if (kItems % kThreads != 0 && c >= kItems) break;
             const int f = c % kDv, g = c / kDv;
             unsigned short *x = t + g * 16 * stride + f;
             float v[16];
@@ -152,18 +172,18 @@ __device__ __forceinline__ void pm_quant_v(unsigned short *t, int stride, float 
             for (int i = 0; i < 16; i++) x[i * stride] = pm_from_f32<kF16>(v[i]);
         }
     } else if constexpr (kMode == kFp8) {
-        pm_quant_rows<kF16, kFp8>(t, kPmBN, kDv, stride, scale);
+        pm_quant_rows<kF16, kFp8, kThreads, kPmBN, kDv>(t, stride, scale);
     }
 }
 
 // cp.async of rows [0, n_rows) of d features into a shared tile [n_rows][stride]: row r from
 // base + row_off(r) (elements), zero-filled where !valid(r).
-template <int kD, class Off, class Valid>
+template <int kD, int kThreads, class Off, class Valid>
 __device__ __forceinline__ void pm_load_rows(unsigned short *t, int stride, const void *base,
                                              int n_rows, Off row_off, Valid valid) {
     constexpr int kChunks = kD / 8;
     const unsigned short *g = static_cast<const unsigned short *>(base);
-    for (int c = threadIdx.x; c < n_rows * kChunks; c += kPmThreads) {
+    for (int c = threadIdx.x; c < n_rows * kChunks; c += kThreads) {
         const int r = c / kChunks, e = (c % kChunks) * 8;
         const bool ok = valid(r);
         cp_async_16(t + r * stride + e, ok ? g + row_off(r) + e : g, ok);
@@ -192,9 +212,10 @@ __device__ __forceinline__ unsigned pm_nm_keep(float x0, float x1, int n) {
     return (r0 < n ? 1u : 0u) | (r1 < n ? 2u : 0u);
 }
 
-template <bool kF16, int kQ, int kK, int kP, int kV, int kM, int kDqk, int kDv>
-__global__ void __launch_bounds__(kPmThreads, 1) prefill_mma_kernel(const PrefillMmaParams p) {
-    using L = PmLayout<kDqk, kDv>;
+template <bool kF16, int kQ, int kK, int kP, int kV, int kM, int kDqk, int kDv, int kW>
+__global__ void __launch_bounds__(kW * 32, 8 / kW) prefill_mma_kernel(const PrefillMmaParams p) {
+    constexpr int kPmThreads = kW * 32, kPmBM = 16 * kW;
+    using L = PmLayout<kW, kDqk, kDv>;
     constexpr int kQk = kDqk / 16;   // k-steps of Q K^T
     constexpr int kOn = kDv / 8;     // n-tiles of O
     extern __shared__ __align__(16) unsigned short smem_pm[];
@@ -222,7 +243,7 @@ __global__ void __launch_bounds__(kPmThreads, 1) prefill_mma_kernel(const Prefil
 
         __syncthreads();   // the previous row tile is done with every buffer
         // Q rows (zero past the last row), then K/V tile 0: group 0
-        pm_load_rows<kDqk>(q_s, L::kQs, p.q, kPmBM,
+        pm_load_rows<kDqk, kPmThreads>(q_s, L::kQs, p.q, kPmBM,
                            [&](int r) {
                                const int rr = r0 + r;
                                return (q0 + rr / G) * p.q_stride_t +
@@ -232,12 +253,12 @@ __global__ void __launch_bounds__(kPmThreads, 1) prefill_mma_kernel(const Prefil
         auto load_kv = [&](int n, int stage) {
             const int j0 = n * kPmBN;
             auto valid = [&](int r) { return j0 + r < k_len; };
-            pm_load_rows<kDqk>(k_s + stage * L::kK, L::kQs, p.k, kPmBN,
+            pm_load_rows<kDqk, kPmThreads>(k_s + stage * L::kK, L::kQs, p.k, kPmBN,
                                [&](int r) {
                                    return (k0 + j0 + r) * p.k_stride_t + (long long)hk * p.k_stride_h;
                                },
                                valid);
-            pm_load_rows<kDv>(v_s + stage * L::kV, L::kVs, p.v, kPmBN,
+            pm_load_rows<kDv, kPmThreads>(v_s + stage * L::kV, L::kVs, p.v, kPmBN,
                               [&](int r) {
                                   return (k0 + j0 + r) * p.v_stride_t + (long long)hk * p.v_stride_h;
                               },
@@ -262,9 +283,11 @@ __global__ void __launch_bounds__(kPmThreads, 1) prefill_mma_kernel(const Prefil
             cp_async_wait<1>();   // tile n (and Q) landed for this thread
             __syncthreads();
             unsigned short *kt = k_s + stage * L::kK, *vt = v_s + stage * L::kV;
-            if (n == 0 && kQ != kNone) pm_quant_rows<kF16, kQ>(q_s, kPmBM, kDqk, L::kQs, p.q_scale);
-            if constexpr (kK != kNone) pm_quant_rows<kF16, kK>(kt, kPmBN, kDqk, L::kQs, p.k_scale);
-            if constexpr (kV != kNone) pm_quant_v<kF16, kV, kDv>(vt, L::kVs, p.v_scale);
+            if (n == 0 && kQ != kNone)
+                pm_quant_rows<kF16, kQ, kPmThreads, kPmBM, kDqk>(q_s, L::kQs, p.q_scale);
+            if constexpr (kK != kNone)
+                pm_quant_rows<kF16, kK, kPmThreads, kPmBN, kDqk>(kt, L::kQs, p.k_scale);
+            if constexpr (kV != kNone) pm_quant_v<kF16, kV, kDv, kPmThreads>(vt, L::kVs, p.v_scale);
             if (kQ != kNone || kK != kNone || kV != kNone) __syncthreads();
             if (n == 0) {
 #pragma unroll
@@ -340,7 +363,7 @@ __global__ void __launch_bounds__(kPmThreads, 1) prefill_mma_kernel(const Prefil
                         const float m_new = fmaxf(m[h], mx[h]);
                         mu[h] = m_new == neg_inf ? 0.f : m_new;   // exp2(-inf - mu) = 0
                         if (m_new != m[h]) {
-                            const float corr = exp2f(m[h] - mu[h]);   // m = -inf: 0
+                            const float corr = pm_exp2(m[h] - mu[h]);   // m = -inf: 0
                             l[h] *= corr;
 #pragma unroll
                             for (int j = 0; j < kOn; j++) o[j][2 * h] *= corr, o[j][2 * h + 1] *= corr;
@@ -352,7 +375,7 @@ __global__ void __launch_bounds__(kPmThreads, 1) prefill_mma_kernel(const Prefil
 #pragma unroll
                 for (int e = 0; e < 2; e++)
 #pragma unroll
-                    for (int k = 0; k < 4; k++) pv[e][k] = exp2f(s[2 * c + e][k] - mu[k >> 1]);
+                    for (int k = 0; k < 4; k++) pv[e][k] = pm_exp2(s[2 * c + e][k] - mu[k >> 1]);
 #pragma unroll
                 for (int h = 0; h < 2; h++)
                     l[h] += (pv[0][2 * h] + pv[0][2 * h + 1]) + (pv[1][2 * h] + pv[1][2 * h + 1]);

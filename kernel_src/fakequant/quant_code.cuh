@@ -18,18 +18,31 @@
 namespace mla {
 namespace fakequant {
 
+// rne_e4m3(a) with its division by the quantum q = 2^(e-3) written as the multiplication by
+// 2^(3-e): both are exact (m / q lies in [0, 16), a power-of-two scaling that neither overflows
+// nor loses bits, fp32 subnormals included), so the result is rne_e4m3's for every input.
+__device__ __forceinline__ float rne_e4m3_mul(float a) {
+    float m = fabsf(a);
+    if (m == 0.f) return 0.f;
+    int e = ((__float_as_int(m) >> 23) & 0xff) - 127;
+    e = e < -6 ? -6 : e;
+    float r = __fmul_rn(rintf(__fmul_rn(m, exp2_int(3 - e))), exp2_int(e - 3));
+    r = fminf(r, kE4M3Max);
+    return a < 0.f ? -r : r;
+}
+
 // E4M3 code of x for the per-tensor scale sc.
 __device__ __forceinline__ float fp8_code(float x, float sc) {
     float v = __fdiv_rn(x, sc);
     v = fminf(fmaxf(v, -kE4M3Max), kE4M3Max);
-    return rne_e4m3(v);
+    return rne_e4m3_mul(v);
 }
 
 // The E4M3 block-scale code e4 of a block with absolute maximum bamax, and the dequantized scale
 // sb = fl32(e4 gs) (== nvfp4_block_scale(bamax, gs)).
 __device__ __forceinline__ float nvfp4_scale_code(float bamax, float gs, float &sb) {
     float s = fminf(__fdiv_rn(bamax, __fmul_rn(6.f, gs)), kE4M3Max);
-    float e4 = rne_e4m3(s);
+    float e4 = rne_e4m3_mul(s);
     sb = __fmul_rn(e4, gs);
     return e4;
 }
