@@ -24,7 +24,8 @@ mla_status mla__fakequant_combine_build(const struct mla__spec *spec, char *name
 mla_status mla__fakequant_prefill_build(const struct mla__spec *spec, char *name_expr, size_t size,
                                         struct mla__launch_info *launch);
 /* "fakequant_prefill_mma" (the same six, then dqk in {64, 128, 192}, dv in {32, 64, 128}, warps
- * in {4, 8}): the tensor-core prefill (kernel_src/fakequant/prefill_mma.cu). runtime/fakequant_prefill.c. */
+ * and rows_per_warp in {4/16, 8/16, 4/32}): the tensor-core prefill
+ * (kernel_src/fakequant/prefill_mma.cu). runtime/fakequant_prefill.c. */
 mla_status mla__fakequant_prefill_mma_build(const struct mla__spec *spec, char *name_expr,
                                             size_t size, struct mla__launch_info *launch);
 
@@ -90,12 +91,15 @@ typedef struct mla__fq_prefill_params {
 
 _Static_assert(sizeof(mla__fq_prefill_params) == 192, "mirror of PrefillParams");
 
-/* Tensor-core prefill (kernel_src/fakequant/prefill_mma.cu): w warps over 16 w rows (w 4: two
- * CTAs per SM), 64-key tiles; smem Q [16 w][dqk + 8], K [2][64][dqk + 8], V [2][64][dv + 8] of
- * 16-bit elements. */
-#define MLA__FQ_PREFILL_MMA_WARPS 4     /* the default */
-#define MLA__FQ_PREFILL_MMA_SMEM(dqk, dv, w) \
-    ((16 * (w) * ((dqk) + 8) + 2 * 64 * ((dqk) + 8) + 2 * 64 * ((dv) + 8)) * 2)
+/* Tensor-core prefill (kernel_src/fakequant/prefill_mma.cu), 64-key tiles, smem of 16-bit
+ * elements: w warps of 16 rows (prefill_mma_kernel; w 4: two CTAs per SM) with Q [16 w][dqk + 8],
+ * K [2][64][dqk + 8], V [2][64][dv + 8]; or 4 warps of 32 rows (prefill_mma2_kernel, two CTAs
+ * per SM) with Q [128][dqk + 8], one K [64][dqk + 8] and one V [64][dv + 8]. */
+#define MLA__FQ_PREFILL_MMA_WARPS 4     /* the default CTA */
+#define MLA__FQ_PREFILL_MMA_ROWS 16
+#define MLA__FQ_PREFILL_MMA_SMEM(dqk, dv, w, rows) \
+    ((rows) == 32 ? (128 * ((dqk) + 8) + 64 * ((dqk) + 8) + 64 * ((dv) + 8)) * 2 \
+                  : (16 * (w) * ((dqk) + 8) + 2 * 64 * ((dqk) + 8) + 2 * 64 * ((dv) + 8)) * 2)
 
 typedef struct mla__fq_prefill_mma_params {
     CUdeviceptr q;

@@ -48,11 +48,11 @@ static int mma_dv_ok(long long d) { return d == 32 || d == 64 || d == 128; }
 mla_status mla__fakequant_prefill_mma_build(const mla__spec *spec, char *name_expr, size_t size,
                                             mla__launch_info *launch) {
     static const char *const names[] = {"dtype", "q_quant", "k_quant", "p_quant", "v_quant",
-                                        "sparsity_m", "dqk", "dv", "warps"};
-    static const long long max[] = {1, 2, 2, 2, 2, 8, 192, 128, 8};
-    MLA_ARG_CHECK(spec->n_params == 9, "%s: expected 9 parameters, got %d", spec->kernel,
+                                        "sparsity_m", "dqk", "dv", "warps", "rows_per_warp"};
+    static const long long max[] = {1, 2, 2, 2, 2, 8, 192, 128, 8, 32};
+    MLA_ARG_CHECK(spec->n_params == 10, "%s: expected 10 parameters, got %d", spec->kernel,
                   spec->n_params);
-    for (int i = 0; i < 9; i++) {
+    for (int i = 0; i < 10; i++) {
         MLA_ARG_CHECK(!strcmp(spec->params[i].name, names[i]), "%s: parameter %d: expected %s, "
                       "got %s", spec->kernel, i, names[i], spec->params[i].name);
         MLA_ARG_CHECK(spec->params[i].value >= 0 && spec->params[i].value <= max[i],
@@ -60,20 +60,27 @@ mla_status mla__fakequant_prefill_mma_build(const mla__spec *spec, char *name_ex
                       spec->params[i].value);
     }
     long long m = spec->params[5].value, dqk = spec->params[6].value, dv = spec->params[7].value;
-    long long w = spec->params[8].value;
+    long long w = spec->params[8].value, rows = spec->params[9].value;
     MLA_ARG_CHECK(m == 0 || m == 4 || m == 8, "%s: sparsity_m: expected 0 (off), 4 or 8, got %lld",
                   spec->kernel, m);
     MLA_ARG_CHECK(mma_dqk_ok(dqk), "%s: dqk: expected 64, 128 or 192, got %lld", spec->kernel, dqk);
     MLA_ARG_CHECK(mma_dv_ok(dv), "%s: dv: expected 32, 64 or 128, got %lld", spec->kernel, dv);
-    MLA_ARG_CHECK(w == 4 || w == 8, "%s: warps: expected 4 or 8, got %lld", spec->kernel, w);
-    int n = snprintf(name_expr, size, "mla::fakequant::prefill_mma_kernel<%s, %lld, %lld, %lld, "
-                     "%lld, %lld, %lld, %lld, %lld>", spec->params[0].value ? "true" : "false",
-                     spec->params[1].value, spec->params[2].value, spec->params[3].value,
-                     spec->params[4].value, m, dqk, dv, w);
+    MLA_ARG_CHECK((rows == 16 && (w == 4 || w == 8)) || (rows == 32 && w == 4), "%s: warps and "
+                  "rows_per_warp: expected 4 and 16, 8 and 16 or 4 and 32, got %lld and %lld",
+                  spec->kernel, w, rows);
+    int n = rows == 32
+                ? snprintf(name_expr, size, "mla::fakequant::prefill_mma2_kernel<%s, %lld, %lld, "
+                           "%lld, %lld, %lld, %lld, %lld>", spec->params[0].value ? "true" : "false",
+                           spec->params[1].value, spec->params[2].value, spec->params[3].value,
+                           spec->params[4].value, m, dqk, dv)
+                : snprintf(name_expr, size, "mla::fakequant::prefill_mma_kernel<%s, %lld, %lld, "
+                           "%lld, %lld, %lld, %lld, %lld, %lld>", spec->params[0].value ? "true"
+                           : "false", spec->params[1].value, spec->params[2].value,
+                           spec->params[3].value, spec->params[4].value, m, dqk, dv, w);
     MLA_RETURN_ERROR_IF(n < 0 || (size_t)n >= size, MLA_ERR_INTERNAL,
                         "%s: name expression buffer of %zu bytes too small", spec->kernel, size);
     launch->threads = (int)w * 32;
-    launch->dynamic_smem = MLA__FQ_PREFILL_MMA_SMEM((int)dqk, (int)dv, (int)w);
+    launch->dynamic_smem = MLA__FQ_PREFILL_MMA_SMEM((int)dqk, (int)dv, (int)w, (int)rows);
     launch->cluster = 1;
     return MLA_OK;
 }
@@ -288,11 +295,14 @@ static mla_status launch_prefill_mma(mla_runtime *rt, const mla_prefill_attentio
     MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "dqk", d->dqk));
     MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "dv", d->dv));
     int warps = rt->fakequant_prefill_warps ? rt->fakequant_prefill_warps : MLA__FQ_PREFILL_MMA_WARPS;
+    int rows = rt->fakequant_prefill_rows ? rt->fakequant_prefill_rows : MLA__FQ_PREFILL_MMA_ROWS;
     MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "warps", warps));
+    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "rows_per_warp", rows));
     const mla__kernel *k = NULL;
     MLA_FORWARD_IF_ERROR(mla__get_kernel(rt, &spec, &k));
     long long groups = d->heads / d->kv_heads;
-    long long tiles = ((long long)a->max_seqlen_q * groups + 16 * warps - 1) / (16 * warps);
+    long long cta_rows = (long long)warps * rows;
+    long long tiles = ((long long)a->max_seqlen_q * groups + cta_rows - 1) / cta_rows;
     unsigned gx = (unsigned)(tiles < 1 ? 1 : tiles > MAX_GRID_X ? MAX_GRID_X : tiles);
     void *args[] = {&p};
     return mla__launch(rt, k, gx, (unsigned)d->kv_heads, (unsigned)d->batch, stream, args);

@@ -302,7 +302,8 @@ struct mla_runtime {
                                       FlashMLA decode runs the portable kernel on sm_90a too */
     int fakequant_prefill_portable; /* $MLAJIT_FAKEQUANT_PREFILL was "portable" at create: the
                                        fake-quant prefill runs the fp32 kernel everywhere */
-    int fakequant_prefill_warps;    /* "mma4" / "mma8": 4 or 8; 0: the default CTA */
+    int fakequant_prefill_warps;    /* "mma4", "mma8", "mma32": the tensor-core prefill's CTA, */
+    int fakequant_prefill_rows;     /* warps and rows per warp (4/16, 8/16, 4/32); 0: default */
     pthread_mutex_t lock;          /* guards the table */
     pthread_mutex_t sources_lock;  /* guards sources */
     mla__table_slot *table;        /* open addressing, capacity a power of two */

@@ -18,7 +18,8 @@ static const char *const fakequant_prefill_params[] = {"dtype", "q_quant", "k_qu
                                                        "v_quant", "sparsity_m", NULL};
 static const char *const fakequant_prefill_mma_params[] = {"dtype", "q_quant", "k_quant",
                                                            "p_quant", "v_quant", "sparsity_m",
-                                                           "dqk", "dv", "warps", NULL};
+                                                           "dqk", "dv", "warps",
+                                                           "rows_per_warp", NULL};
 static const char *const dsv4_attention_params[] = {"H", "page_size", "draft_tokens", "hca", NULL};
 static const char *const dsv4_output_proj_params[] = {"H", "G", NULL};
 static const char *const flashmla_decode_params[] = {"kv_dtype", "page_class", "causal", NULL};

@@ -9,14 +9,14 @@
  * block_n 16..128, and q with a padded token stride. Properties: N:M keeps exactly the top N
  * under ties for M = 4 and every tie for M = 8, sink/recent/single-row exemptions (one-hot v makes
  * the kept set visible), the 2-chunk LSE merge equals the single shot, block_n and amax change
- * quantized results, and all-NVFP4 stays close to dense [cos > 0.98]. Every test runs three times on
- * the same inputs: on a default runtime, where the tensor-core kernel (prefill_mma.cu, "[mma]" in
+ * quantized results, and all-NVFP4 stays close to dense [cos > 0.98]. Every test runs on the same
+ * inputs: on a default runtime, where the tensor-core kernel (prefill_mma.cu, "[mma]" in
  * messages) runs every case its shapes allow (head dims 192/128 and 64/32 here; 576/512 and P
- * quantized with block_n 128 take the fp32 kernel, and the test checks which kernel ran), then
- * on a runtime created with MLAJIT_FAKEQUANT_PREFILL=portable, which runs the fp32 kernel
- * (prefill.cu, "[fp32]") everywhere, and on one with MLAJIT_FAKEQUANT_PREFILL=mma8, the
- * tensor-core kernel with 8-warp CTAs ("[mma8]"; the default has 4). Reproduce a failure with MLAJIT_TEST_SEED=<seed in the
- * message>. */
+ * quantized with block_n 128 take the fp32 kernel, and the test checks which kernel ran), then on
+ * a runtime created with MLAJIT_FAKEQUANT_PREFILL=portable, which runs the fp32 kernel
+ * (prefill.cu, "[fp32]") everywhere, and on runtimes with MLAJIT_FAKEQUANT_PREFILL=mma4, mma8 or
+ * mma32 for the tensor-core kernel's CTA shapes other than the default ("[mma8]" etc.).
+ * Reproduce a failure with MLAJIT_TEST_SEED=<seed in the message>. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <math.h>
@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/fakequant_kinds.h"
 #include "runtime/internal.h"
 #include "util/fakequant_prefill_case.h"
 
@@ -72,11 +73,18 @@ ParameterizedTestParameters(fakequant_prefill_gpu, sweep) {
     return cr_make_param_array(mlt_pf_case, sweep, sizeof sweep / sizeof sweep[0]);
 }
 
-/* The passes: the default runtime, $MLAJIT_FAKEQUANT_PREFILL = "portable" (the fp32 kernel) and
- * "mma8" (the tensor-core kernel with 8-warp CTAs instead of the default 4). */
-enum { N_PASS = 3 };
-static const char *const pass_label[N_PASS] = {"mma", "fp32", "mma8"};
-static const char *const pass_env[N_PASS] = {NULL, "portable", "mma8"};
+/* The passes: the default runtime, $MLAJIT_FAKEQUANT_PREFILL = "portable" (the fp32 kernel), then
+ * the tensor-core kernel's other CTA shapes (4 or 8 warps of 16 rows, 4 warps of 32 rows; the
+ * one that is the default is skipped). */
+enum { N_PASS = 5 };
+static const char *const pass_label[N_PASS] = {"mma", "fp32", "mma4", "mma8", "mma32"};
+static const char *const pass_env[N_PASS] = {NULL, "portable", "mma4", "mma8", "mma32"};
+static const int pass_warps[N_PASS] = {0, 0, 4, 8, 4}, pass_rows[N_PASS] = {0, 0, 16, 16, 32};
+
+/* Pass p repeats the default CTA. */
+static int pass_is_default(int p) {
+    return pass_warps[p] == MLA__FQ_PREFILL_MMA_WARPS && pass_rows[p] == MLA__FQ_PREFILL_MMA_ROWS;
+}
 
 /* A GPU runtime created with $MLAJIT_FAKEQUANT_PREFILL as pass_env[pass] (unset for NULL), which
  * the runtime reads at creation only; the variable is restored. Skips without a GPU. */
@@ -94,9 +102,11 @@ static mla_runtime *gpu_or_skip(int pass) {
     free(saved);
     if (!ok) cr_skip_test("no GPU");
     cr_assert(rt->fakequant_prefill_portable == portable &&
-              rt->fakequant_prefill_warps == (pass == 2 ? 8 : 0), "MLAJIT_FAKEQUANT_PREFILL=%s at "
-              "creation: portable %d, warps %d", pass_env[pass] ? pass_env[pass] : "(unset)",
-              rt->fakequant_prefill_portable, rt->fakequant_prefill_warps);
+              rt->fakequant_prefill_warps == pass_warps[pass] &&
+              rt->fakequant_prefill_rows == pass_rows[pass], "MLAJIT_FAKEQUANT_PREFILL=%s at "
+              "creation: portable %d, warps %d, rows %d", pass_env[pass] ? pass_env[pass] : "(unset)",
+              rt->fakequant_prefill_portable, rt->fakequant_prefill_warps,
+              rt->fakequant_prefill_rows);
     return rt;
 }
 
@@ -117,8 +127,8 @@ static int expect_mma(const mlt_pf_case *c) {
            (c->p == MLA_QDQ_NONE || bn == 16 || bn == 32 || bn == 64);
 }
 
-/* The kernels rt ran: in passes 0 and 2 the tensor-core one when any case used expects it (mma)
- * and the fp32 one when any does not (fp32); in pass 1 the fp32 one only. */
+/* The kernels rt ran: the tensor-core one when any case used expects it (mma) and the fp32 one
+ * when any does not (fp32); in pass 1 the fp32 one only. */
 static void expect_kernels(const mla_runtime *rt, int pass, int mma, int fp32, const char *name) {
     int nm = loaded_of_kind(rt, "fakequant_prefill_mma"), nf = loaded_of_kind(rt, "fakequant_prefill");
     if (pass == 1) mma = 0, fp32 = 1;
@@ -205,6 +215,7 @@ static unsigned char *nm_unsure_rows(const mlt_pf_case *c, const mlt_pf_run *r, 
 ParameterizedTest(mlt_pf_case *c0, fakequant_prefill_gpu, sweep) {
     uint64_t seed = mlt_seed();
     for (int pass = 0; pass < N_PASS; pass++) {
+        if (pass_is_default(pass)) continue;
         mla_runtime *rt = gpu_or_skip(pass);
         mlt_pf_case cl = labelled(c0, pass), *c = &cl;
         mlt_pf_run r;
@@ -280,7 +291,8 @@ static void nm_exemptions_exact_on(int pass) {
 }
 
 Test(fakequant_prefill_gpu, nm_exemptions_exact) {
-    for (int pass = 0; pass < N_PASS; pass++) nm_exemptions_exact_on(pass);
+    for (int pass = 0; pass < N_PASS; pass++)
+        if (!pass_is_default(pass)) nm_exemptions_exact_on(pass);
 }
 
 /* Every N:M group fully tied (k rows equal within groups of 8), non-causal, no exemptions: M = 4
@@ -317,7 +329,8 @@ static void nm_ties_on(int pass) {
 }
 
 Test(fakequant_prefill_gpu, nm_ties) {
-    for (int pass = 0; pass < N_PASS; pass++) nm_ties_on(pass);
+    for (int pass = 0; pass < N_PASS; pass++)
+        if (!pass_is_default(pass)) nm_ties_on(pass);
 }
 
 /* Causal prefill of q 48 over k 112 equals the LSE merge of a non-causal chunk over keys
@@ -366,7 +379,8 @@ static void two_chunk_lse_merge_on(int pass) {
 }
 
 Test(fakequant_prefill_gpu, two_chunk_lse_merge) {
-    for (int pass = 0; pass < N_PASS; pass++) two_chunk_lse_merge_on(pass);
+    for (int pass = 0; pass < N_PASS; pass++)
+        if (!pass_is_default(pass)) two_chunk_lse_merge_on(pass);
 }
 
 static double max_diff(const double *a, const double *b, size_t n) {
@@ -423,5 +437,6 @@ static void quantization_changes_results_on(int pass) {
 }
 
 Test(fakequant_prefill_gpu, quantization_changes_results) {
-    for (int pass = 0; pass < N_PASS; pass++) quantization_changes_results_on(pass);
+    for (int pass = 0; pass < N_PASS; pass++)
+        if (!pass_is_default(pass)) quantization_changes_results_on(pass);
 }

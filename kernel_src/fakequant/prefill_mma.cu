@@ -212,6 +212,144 @@ __device__ __forceinline__ unsigned pm_nm_keep(float x0, float x1, int n) {
     return (r0 < n ? 1u : 0u) | (r1 < n ? 2u : 0u);
 }
 
+// Scores of one 16-row m-tile over the 64-key tile at j0 (s: the accumulators of Qc Kc^T, 8
+// n-tiles): scaled by qk_eff, masked (masked: the tile crosses k_len or the causal bound; ia, ib
+// the queries of this lane's rows g and g + 8), N:M with the dense exemptions.
+template <int kM>
+__device__ __forceinline__ void pm_scores(float (&s)[8][4], const PrefillMmaParams &p, int j0,
+                                          bool masked, int ia, int ib, int k_len, int off,
+                                          int q_len) {
+    const int t4 = threadIdx.x & 3;
+    const float neg_inf = pm_neg_inf();
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float x = __fmul_rn(s[j][e], p.qk_eff);
+            if (masked) {
+                const int key = j0 + j * 8 + 2 * t4 + (e & 1), i = e < 2 ? ia : ib;
+                if (key >= k_len || (p.causal && key > i + off)) x = neg_inf;
+            }
+            s[j][e] = x;
+        }
+    if constexpr (kM != 0) {
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const unsigned keep = pm_nm_keep<kM>(s[j][2 * h], s[j][2 * h + 1], p.sparsity_n);
+                const int i = h ? ib : ia;
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int key = j0 + j * 8 + 2 * t4 + e;
+                    const int d = i + off - key;
+                    const bool dense = q_len <= 1 || key < p.sink || (d >= 0 && d < p.recent);
+                    if (!dense && !(keep >> e & 1)) s[j][2 * h + e] = neg_inf;
+                }
+            }
+    }
+}
+
+// The softmax step of chunk c (keys 16 c .. 16 c + 15 of the tile; c a constant once unrolled)
+// of one m-tile: at the start of a P tile (every nb chunks) the running max m moves over the P
+// tile's scores, rescaling l and o (mu: the max the exponents use, 0 while m is -inf); then p =
+// exp2(s - mu) adds to l unquantized, and the quantized (or 16-bit) P of the chunk is returned
+// as the A fragment of P V.
+template <bool kF16, int kP, int kOn>
+__device__ __forceinline__ void pm_chunk_p(const float (&s)[8][4], int c, int nb, float (&m)[2],
+                                           float (&l)[2], float (&mu)[2], float (&o)[kOn][4],
+                                           float p_scale, unsigned (&a)[4]) {
+    const float neg_inf = pm_neg_inf();
+    if (c % nb == 0) {   // a new P tile (block_n keys) starts: move the running max
+        float mx[2] = {neg_inf, neg_inf};
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            if (e >= c && e < c + nb)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    mx[h] = fmaxf(mx[h], fmaxf(fmaxf(s[2 * e][2 * h], s[2 * e][2 * h + 1]),
+                                              fmaxf(s[2 * e + 1][2 * h], s[2 * e + 1][2 * h + 1])));
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+            const float m_new = fmaxf(m[h], mx[h]);
+            mu[h] = m_new == neg_inf ? 0.f : m_new;   // exp2(-inf - mu) = 0
+            if (m_new != m[h]) {
+                const float corr = pm_exp2(m[h] - mu[h]);   // m = -inf: 0
+                l[h] *= corr;
+#pragma unroll
+                for (int j = 0; j < kOn; j++) o[j][2 * h] *= corr, o[j][2 * h + 1] *= corr;
+                m[h] = m_new;
+            }
+        }
+    }
+    float pv[2][4];
+#pragma unroll
+    for (int e = 0; e < 2; e++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) pv[e][k] = pm_exp2(s[2 * c + e][k] - mu[k >> 1]);
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+        l[h] += (pv[0][2 * h] + pv[0][2 * h + 1]) + (pv[1][2 * h] + pv[1][2 * h + 1]);
+    if constexpr (kP == kFp8) {
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) pv[e][k] = fp8_code(pv[e][k], p_scale);
+    } else if constexpr (kP == kNvfp4) {
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) pv[e][k] = pm_carrier<kF16>(pv[e][k]);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {   // the row's 16 keys: 4 here, 12 in the quad
+            float bm = fmaxf(fmaxf(pv[0][2 * h], pv[0][2 * h + 1]), fmaxf(pv[1][2 * h], pv[1][2 * h + 1]));
+            bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 1));
+            bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 2));
+            float sb, e4 = nvfp4_scale_code(bm, p_scale, sb);
+#pragma unroll
+            for (int e = 0; e < 2; e++)
+#pragma unroll
+                for (int k = 2 * h; k < 2 * h + 2; k++) pv[e][k] = nvfp4_code(pv[e][k], e4, sb);
+        }
+    }
+    a[0] = pm_pack<kF16>(pv[0][0], pv[0][1]), a[1] = pm_pack<kF16>(pv[0][2], pv[0][3]);
+    a[2] = pm_pack<kF16>(pv[1][0], pv[1][1]), a[3] = pm_pack<kF16>(pv[1][2], pv[1][3]);
+}
+
+// out = acc pv_eff / max(l, 1e-6) and lse = ln2 (m + log2 l) of one m-tile: this lane's rows ra
+// and ra + 8 of the (sequence, kv head) (rows past `rows` are not stored); l is summed over the
+// quad first.
+template <bool kF16, int kOn>
+__device__ __forceinline__ void pm_store(const PrefillMmaParams &p, float (&o)[kOn][4],
+                                         const float (&m)[2], float (&l)[2], int ra, int rows,
+                                         int G, int hk, long long q0) {
+    const int t4 = threadIdx.x & 3;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = ra + 8 * h;
+        if (r >= rows) continue;
+        const int i = r / G, head = hk * G + r % G;
+        const float denom = fmaxf(l[h], 1e-6f);
+        unsigned *orow = reinterpret_cast<unsigned *>(static_cast<unsigned short *>(p.out) +
+                                                      (q0 + i) * p.o_stride_t +
+                                                      (long long)head * p.o_stride_h);
+#pragma unroll
+        for (int j = 0; j < kOn; j++)
+            orow[j * 4 + t4] = pm_pack<kF16>(__fdiv_rn(__fmul_rn(o[j][2 * h], p.pv_eff), denom),
+                                             __fdiv_rn(__fmul_rn(o[j][2 * h + 1], p.pv_eff), denom));
+        if (p.lse && t4 == 0)
+            p.lse[(long long)head * p.total_q + q0 + i] =
+                l[h] > 0.f ? kPmLn2 * (m[h] + log2f(l[h])) : pm_neg_inf();
+    }
+}
+
 template <bool kF16, int kQ, int kK, int kP, int kV, int kM, int kDqk, int kDv, int kW>
 __global__ void __launch_bounds__(kW * 32, 8 / kW) prefill_mma_kernel(const PrefillMmaParams p) {
     constexpr int kPmThreads = kW * 32, kPmBM = 16 * kW;
@@ -221,7 +359,7 @@ __global__ void __launch_bounds__(kW * 32, 8 / kW) prefill_mma_kernel(const Pref
     extern __shared__ __align__(16) unsigned short smem_pm[];
     unsigned short *q_s = smem_pm, *k_s = q_s + L::kQ, *v_s = k_s + 2 * L::kK;
     const int b = blockIdx.z, hk = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int g = lane >> 2, t4 = lane & 3;
+    const int g = lane >> 2;
     const long long q0 = p.cu_q[b], k0 = p.cu_k[b];
     const int q_len = p.cu_q[b + 1] - p.cu_q[b];
     int k_len = p.cu_k[b + 1] - p.cu_k[b];
@@ -312,98 +450,16 @@ __global__ void __launch_bounds__(kW * 32, 8 / kW) prefill_mma_kernel(const Pref
                 }
             }
 
-            // scale, mask, N:M
             const int j0 = n * kPmBN;
             const bool masked = j0 + kPmBN > k_len || (p.causal && j0 + kPmBN - 1 > i_first + off);
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float x = __fmul_rn(s[j][e], p.qk_eff);
-                    if (masked) {
-                        const int key = j0 + j * 8 + 2 * t4 + (e & 1), i = e < 2 ? ia : ib;
-                        if (key >= k_len || (p.causal && key > i + off)) x = neg_inf;
-                    }
-                    s[j][e] = x;
-                }
-            if constexpr (kM != 0) {
-#pragma unroll
-                for (int j = 0; j < 8; j++)
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const unsigned keep = pm_nm_keep<kM>(s[j][2 * h], s[j][2 * h + 1], p.sparsity_n);
-                        const int i = h ? ib : ia;
-#pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            const int key = j0 + j * 8 + 2 * t4 + e;
-                            const int d = i + off - key;
-                            const bool dense = q_len <= 1 || key < p.sink || (d >= 0 && d < p.recent);
-                            if (!dense && !(keep >> e & 1)) s[j][2 * h + e] = neg_inf;
-                        }
-                    }
-            }
+            pm_scores<kM>(s, p, j0, masked, ia, ib, k_len, off, q_len);
 
             // softmax and P V, per 16-key chunk c (keys 16 c .. 16 c + 15 of the tile)
             float mu[2];
 #pragma unroll
             for (int c = 0; c < 4; c++) {
-                if (c % nb == 0) {   // a new P tile (block_n keys) starts: move the running max
-                    float mx[2] = {neg_inf, neg_inf};
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        if (e >= c && e < c + nb)
-#pragma unroll
-                            for (int h = 0; h < 2; h++)
-                                mx[h] = fmaxf(mx[h], fmaxf(fmaxf(s[2 * e][2 * h], s[2 * e][2 * h + 1]),
-                                                          fmaxf(s[2 * e + 1][2 * h], s[2 * e + 1][2 * h + 1])));
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-                        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-                        const float m_new = fmaxf(m[h], mx[h]);
-                        mu[h] = m_new == neg_inf ? 0.f : m_new;   // exp2(-inf - mu) = 0
-                        if (m_new != m[h]) {
-                            const float corr = pm_exp2(m[h] - mu[h]);   // m = -inf: 0
-                            l[h] *= corr;
-#pragma unroll
-                            for (int j = 0; j < kOn; j++) o[j][2 * h] *= corr, o[j][2 * h + 1] *= corr;
-                            m[h] = m_new;
-                        }
-                    }
-                }
-                float pv[2][4];
-#pragma unroll
-                for (int e = 0; e < 2; e++)
-#pragma unroll
-                    for (int k = 0; k < 4; k++) pv[e][k] = pm_exp2(s[2 * c + e][k] - mu[k >> 1]);
-#pragma unroll
-                for (int h = 0; h < 2; h++)
-                    l[h] += (pv[0][2 * h] + pv[0][2 * h + 1]) + (pv[1][2 * h] + pv[1][2 * h + 1]);
-                if constexpr (kP == kFp8) {
-#pragma unroll
-                    for (int e = 0; e < 2; e++)
-#pragma unroll
-                        for (int k = 0; k < 4; k++) pv[e][k] = fp8_code(pv[e][k], p.p_scale);
-                } else if constexpr (kP == kNvfp4) {
-#pragma unroll
-                    for (int e = 0; e < 2; e++)
-#pragma unroll
-                        for (int k = 0; k < 4; k++) pv[e][k] = pm_carrier<kF16>(pv[e][k]);
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {   // the row's 16 keys: 4 here, 12 in the quad
-                        float bm = fmaxf(fmaxf(pv[0][2 * h], pv[0][2 * h + 1]),
-                                         fmaxf(pv[1][2 * h], pv[1][2 * h + 1]));
-                        bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 1));
-                        bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 2));
-                        float sb, e4 = nvfp4_scale_code(bm, p.p_scale, sb);
-#pragma unroll
-                        for (int e = 0; e < 2; e++)
-#pragma unroll
-                            for (int k = 2 * h; k < 2 * h + 2; k++) pv[e][k] = nvfp4_code(pv[e][k], e4, sb);
-                    }
-                }
-                unsigned a[4] = {pm_pack<kF16>(pv[0][0], pv[0][1]), pm_pack<kF16>(pv[0][2], pv[0][3]),
-                                 pm_pack<kF16>(pv[1][0], pv[1][1]), pm_pack<kF16>(pv[1][2], pv[1][3])};
+                unsigned a[4];
+                pm_chunk_p<kF16, kP, kOn>(s, c, nb, m, l, mu, o, p.p_scale, a);
 #pragma unroll
                 for (int j = 0; j < kOn / 2; j++) {
                     unsigned vb[4];
@@ -417,29 +473,148 @@ __global__ void __launch_bounds__(kW * 32, 8 / kW) prefill_mma_kernel(const Pref
         }
         cp_async_wait<0>();
 
-        // out = acc pv_eff / max(l, 1e-6); lse = ln2 (m + log2 l)
+        pm_store<kF16, kOn>(p, o, m, l, ra, rows, G, hk, q0);
+    }
+}
+
+
+// The same numerics on 32 rows per warp (two m-tiles sharing every K and V fragment: a third less
+// shared-memory traffic per MMA than 16 rows): CTA of 4 warps over 128 rows, Q codes in shared
+// memory (fragments loaded per k-step), single K and V buffers loaded in turn so that two CTAs fit
+// an SM: V(n) lands under Q K(n)^T, K(n + 1) under the softmax and P V(n).
+template <bool kF16, int kQ, int kK, int kP, int kV, int kM, int kDqk, int kDv>
+__global__ void __launch_bounds__(128, 2) prefill_mma2_kernel(const PrefillMmaParams p) {
+    constexpr int kThreads = 128, kBM = 128;
+    constexpr int kQs = kDqk + 8, kVs = kDv + 8;
+    constexpr int kQk = kDqk / 16, kOn = kDv / 8;
+    extern __shared__ __align__(16) unsigned short smem_pm[];
+    unsigned short *q_s = smem_pm, *k_s = q_s + kBM * kQs, *v_s = k_s + kPmBN * kQs;
+    const int b = blockIdx.z, hk = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2;
+    const long long q0 = p.cu_q[b], k0 = p.cu_k[b];
+    const int q_len = p.cu_q[b + 1] - p.cu_q[b];
+    int k_len = p.cu_k[b + 1] - p.cu_k[b];
+    if (q_len <= 0) return;
+    if (k_len < 0) k_len = 0;
+    const int G = p.heads / p.kv_heads;
+    const int rows = q_len * G, tiles = (rows + kBM - 1) / kBM;
+    const int off = k_len - q_len;
+    const int nb = kP != kNone && p.block_n < kPmBN ? p.block_n / 16 : 4;
+    const float neg_inf = pm_neg_inf();
+
+    for (int tile = tiles - 1 - (int)blockIdx.x; tile >= 0; tile -= (int)gridDim.x) {
+        const int r0 = tile * kBM, r_last = min(r0 + kBM, rows) - 1;
+        int end = k_len;
+        if (p.causal) end = max(0, min(end, r_last / G + off + 1));
+        const int n_tiles = (end + kPmBN - 1) / kPmBN;
+        const int i_first = r0 / G;
+        auto load_k = [&](int n) {
+            const int j0 = n * kPmBN;
+            pm_load_rows<kDqk, kThreads>(
+                k_s, kQs, p.k, kPmBN,
+                [&](int r) { return (k0 + j0 + r) * p.k_stride_t + (long long)hk * p.k_stride_h; },
+                [&](int r) { return j0 + r < k_len; });
+        };
+
+        __syncthreads();   // the previous row tile is done with every buffer
+        pm_load_rows<kDqk, kThreads>(q_s, kQs, p.q, kBM,
+                                     [&](int r) {
+                                         const int rr = r0 + r;
+                                         return (q0 + rr / G) * p.q_stride_t +
+                                                (long long)(hk * G + rr % G) * p.q_stride_h;
+                                     },
+                                     [&](int r) { return r0 + r < rows; });
+        if (n_tiles > 0) load_k(0);
+        cp_async_commit();
+
+        // this lane's rows: m-tile t covers rows r0 + 32 warp + 16 t + (g, g + 8)
+        const int rw = r0 + warp * 32 + g;   // + 16 t: row g of m-tile t
+        float m[2][2], l[2][2], o[2][kOn][4];
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-            l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+        for (int t = 0; t < 2; t++) {
+            m[t][0] = m[t][1] = neg_inf, l[t][0] = l[t][1] = 0.f;
+#pragma unroll
+            for (int j = 0; j < kOn; j++) o[t][j][0] = o[t][j][1] = o[t][j][2] = o[t][j][3] = 0.f;
         }
+
+        for (int n = 0; n < n_tiles; n++) {
+            cp_async_wait<0>();   // K(n) (and Q) landed for this thread
+            __syncthreads();      // ... for every thread; every warp is done with V(n - 1)
+            {
+                const int j0 = n * kPmBN;
+                pm_load_rows<kDv, kThreads>(
+                    v_s, kVs, p.v, kPmBN,
+                    [&](int r) { return (k0 + j0 + r) * p.v_stride_t + (long long)hk * p.v_stride_h; },
+                    [&](int r) { return j0 + r < k_len; });
+                cp_async_commit();
+            }
+            if (n == 0 && kQ != kNone) pm_quant_rows<kF16, kQ, kThreads, kBM, kDqk>(q_s, kQs, p.q_scale);
+            if constexpr (kK != kNone) pm_quant_rows<kF16, kK, kThreads, kPmBN, kDqk>(k_s, kQs, p.k_scale);
+            if (kQ != kNone || kK != kNone) __syncthreads();
+
+            float s[2][8][4];
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int r = h ? rb : ra;
-            if (r >= rows) continue;
-            const int i = r / G, head = hk * G + r % G;
-            const float denom = fmaxf(l[h], 1e-6f);
-            unsigned *orow = reinterpret_cast<unsigned *>(
-                static_cast<unsigned short *>(p.out) + (q0 + i) * p.o_stride_t +
-                (long long)head * p.o_stride_h);
+            for (int t = 0; t < 2; t++)
 #pragma unroll
-            for (int j = 0; j < kOn; j++)
-                orow[j * 4 + t4] = pm_pack<kF16>(__fdiv_rn(__fmul_rn(o[j][2 * h], p.pv_eff), denom),
-                                                 __fdiv_rn(__fmul_rn(o[j][2 * h + 1], p.pv_eff), denom));
-            if (p.lse && t4 == 0)
-                p.lse[(long long)head * p.total_q + q0 + i] =
-                    l[h] > 0.f ? kPmLn2 * (m[h] + log2f(l[h])) : neg_inf;
+                for (int j = 0; j < 8; j++) s[t][j][0] = s[t][j][1] = s[t][j][2] = s[t][j][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < kQk; kk++) {
+                unsigned qa[2][4];
+#pragma unroll
+                for (int t = 0; t < 2; t++)
+                    ldmatrix_x4(qa[t], q_s + (warp * 32 + t * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kQs +
+                                           kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    unsigned kb[4];
+                    ldmatrix_x4(kb, k_s + (j * 16 + (lane & 7) + (lane >> 4) * 8) * kQs + kk * 16 +
+                                        ((lane >> 3) & 1) * 8);
+#pragma unroll
+                    for (int t = 0; t < 2; t++) {
+                        pm_mma<kF16>(s[t][2 * j], qa[t], kb[0], kb[1]);
+                        pm_mma<kF16>(s[t][2 * j + 1], qa[t], kb[2], kb[3]);
+                    }
+                }
+            }
+            const int j0 = n * kPmBN;
+            const bool masked = j0 + kPmBN > k_len || (p.causal && j0 + kPmBN - 1 > i_first + off);
+#pragma unroll
+            for (int t = 0; t < 2; t++)
+                pm_scores<kM>(s[t], p, j0, masked, (rw + 16 * t) / G, (rw + 16 * t + 8) / G, k_len, off,
+                              q_len);
+
+            cp_async_wait<0>();   // V(n) landed for this thread
+            __syncthreads();      // ... for every thread; every warp is done with K(n)
+            if (n + 1 < n_tiles) load_k(n + 1);
+            cp_async_commit();
+            if constexpr (kV != kNone) {
+                pm_quant_v<kF16, kV, kDv, kThreads>(v_s, kVs, p.v_scale);
+                __syncthreads();
+            }
+
+            float mu[2][2];
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                unsigned a[2][4];
+#pragma unroll
+                for (int t = 0; t < 2; t++)
+                    pm_chunk_p<kF16, kP, kOn>(s[t], c, nb, m[t], l[t], mu[t], o[t], p.p_scale, a[t]);
+#pragma unroll
+                for (int j = 0; j < kOn / 2; j++) {
+                    unsigned vb[4];
+                    ldmatrix_x4_trans(vb, v_s + (c * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kVs +
+                                              j * 16 + (lane >> 4) * 8);
+#pragma unroll
+                    for (int t = 0; t < 2; t++) {
+                        pm_mma<kF16>(o[t][2 * j], a[t], vb[0], vb[1]);
+                        pm_mma<kF16>(o[t][2 * j + 1], a[t], vb[2], vb[3]);
+                    }
+                }
+            }
         }
+        cp_async_wait<0>();
+#pragma unroll
+        for (int t = 0; t < 2; t++) pm_store<kF16, kOn>(p, o[t], m[t], l[t], rw + 16 * t, rows, G, hk, q0);
     }
 }
 
