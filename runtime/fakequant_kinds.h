@@ -95,7 +95,7 @@ _Static_assert(sizeof(mla__fq_prefill_params) == 192, "mirror of PrefillParams")
  * elements: w warps of 16 rows (prefill_mma_kernel; w 4: two CTAs per SM) with Q [16 w][dqk + 8],
  * K [2][64][dqk + 8], V [2][64][dv + 8]; or 4 warps of 32 rows (prefill_mma2_kernel, two CTAs
  * per SM) with Q [128][dqk + 8], one K [64][dqk + 8] and one V [64][dv + 8]. */
-#define MLA__FQ_PREFILL_MMA_WARPS 4     /* the default CTA */
+#define MLA__FQ_PREFILL_MMA_WARPS 8     /* the default CTA */
 #define MLA__FQ_PREFILL_MMA_ROWS 16
 #define MLA__FQ_PREFILL_MMA_SMEM(dqk, dv, w, rows) \
     ((rows) == 32 ? (128 * ((dqk) + 8) + 64 * ((dqk) + 8) + 64 * ((dv) + 8)) * 2 \
