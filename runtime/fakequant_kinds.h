@@ -23,6 +23,11 @@ mla_status mla__fakequant_combine_build(const struct mla__spec *spec, char *name
  * runtime/fakequant_prefill.c. */
 mla_status mla__fakequant_prefill_build(const struct mla__spec *spec, char *name_expr, size_t size,
                                         struct mla__launch_info *launch);
+/* "fakequant_prefill_mma" (the same six, then dqk in {64, 128, 192}, dv in {32, 64, 128}, warps
+ * and rows_per_warp in {4/16, 8/16, 4/32}): the tensor-core prefill
+ * (kernel_src/fakequant/prefill_mma.cu). runtime/fakequant_prefill.c. */
+mla_status mla__fakequant_prefill_mma_build(const struct mla__spec *spec, char *name_expr,
+                                            size_t size, struct mla__launch_info *launch);
 
 /* Spec values. */
 enum { MLA__FQ_BF16 = 0, MLA__FQ_FP16 = 1, MLA__FQ_FP32 = 2 };   /* cache / out dtypes */
@@ -85,6 +90,33 @@ typedef struct mla__fq_prefill_params {
 } mla__fq_prefill_params;
 
 _Static_assert(sizeof(mla__fq_prefill_params) == 192, "mirror of PrefillParams");
+
+/* Tensor-core prefill (kernel_src/fakequant/prefill_mma.cu), 64-key tiles, smem of 16-bit
+ * elements: w warps of 16 rows (prefill_mma_kernel; w 4: two CTAs per SM) with Q [16 w][dqk + 8],
+ * K [2][64][dqk + 8], V [2][64][dv + 8]; or 4 warps of 32 rows (prefill_mma2_kernel, two CTAs
+ * per SM) with Q [128][dqk + 8], one K [64][dqk + 8] and one V [64][dv + 8]. */
+#define MLA__FQ_PREFILL_MMA_WARPS 8     /* the default CTA */
+#define MLA__FQ_PREFILL_MMA_ROWS 16
+#define MLA__FQ_PREFILL_MMA_SMEM(dqk, dv, w, rows) \
+    ((rows) == 32 ? (128 * ((dqk) + 8) + 64 * ((dqk) + 8) + 64 * ((dv) + 8)) * 2 \
+                  : (16 * (w) * ((dqk) + 8) + 2 * 64 * ((dqk) + 8) + 2 * 64 * ((dv) + 8)) * 2)
+
+typedef struct mla__fq_prefill_mma_params {
+    CUdeviceptr q;
+    long long q_stride_t, q_stride_h;
+    CUdeviceptr k;
+    long long k_stride_t, k_stride_h;
+    CUdeviceptr v;
+    long long v_stride_t, v_stride_h;
+    CUdeviceptr cu_q, cu_k, out;
+    long long o_stride_t, o_stride_h;
+    CUdeviceptr lse;
+    long long total_q;
+    int batch, heads, kv_heads, block_n, causal, sparsity_n, sink, recent;
+    float q_scale, k_scale, p_scale, v_scale, qk_eff, pv_eff;
+} mla__fq_prefill_mma_params;
+
+_Static_assert(sizeof(mla__fq_prefill_mma_params) == 184, "mirror of PrefillMmaParams");
 
 /* The fp32 scale of a mode's per-tensor amax (NAN: None): fp8 amax / 448, nvfp4 amax / 2688
  * (the global scale), 1 for None or mode none. */

@@ -1,6 +1,8 @@
-/* Fake-quant MLA prefill: the kind builder of kernel_src/fakequant/prefill.cu, argument checks
- * (spec §4, with the upstream messages), the shape helper and dispatch of mla_prefill_attention. */
+/* Fake-quant MLA prefill: the kind builders of kernel_src/fakequant/prefill.cu (fp32, every
+ * shape) and prefill_mma.cu (tensor cores, where use_mma says it applies), argument checks (spec
+ * §4, with the upstream messages), the shape helper and dispatch of mla_prefill_attention. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -35,6 +37,50 @@ mla_status mla__fakequant_prefill_build(const mla__spec *spec, char *name_expr, 
                         "%s: name expression buffer of %zu bytes too small", spec->kernel, size);
     launch->threads = MLA__FQ_THREADS;
     launch->dynamic_smem = MLA__FQ_PREFILL_SMEM;
+    launch->cluster = 1;
+    return MLA_OK;
+}
+
+/* The head dims the tensor-core prefill is specialized for. */
+static int mma_dqk_ok(long long d) { return d == 64 || d == 128 || d == 192; }
+static int mma_dv_ok(long long d) { return d == 32 || d == 64 || d == 128; }
+
+mla_status mla__fakequant_prefill_mma_build(const mla__spec *spec, char *name_expr, size_t size,
+                                            mla__launch_info *launch) {
+    static const char *const names[] = {"dtype", "q_quant", "k_quant", "p_quant", "v_quant",
+                                        "sparsity_m", "dqk", "dv", "warps", "rows_per_warp"};
+    static const long long max[] = {1, 2, 2, 2, 2, 8, 192, 128, 8, 32};
+    MLA_ARG_CHECK(spec->n_params == 10, "%s: expected 10 parameters, got %d", spec->kernel,
+                  spec->n_params);
+    for (int i = 0; i < 10; i++) {
+        MLA_ARG_CHECK(!strcmp(spec->params[i].name, names[i]), "%s: parameter %d: expected %s, "
+                      "got %s", spec->kernel, i, names[i], spec->params[i].name);
+        MLA_ARG_CHECK(spec->params[i].value >= 0 && spec->params[i].value <= max[i],
+                      "%s: %s: expected 0..%lld, got %lld", spec->kernel, names[i], max[i],
+                      spec->params[i].value);
+    }
+    long long m = spec->params[5].value, dqk = spec->params[6].value, dv = spec->params[7].value;
+    long long w = spec->params[8].value, rows = spec->params[9].value;
+    MLA_ARG_CHECK(m == 0 || m == 4 || m == 8, "%s: sparsity_m: expected 0 (off), 4 or 8, got %lld",
+                  spec->kernel, m);
+    MLA_ARG_CHECK(mma_dqk_ok(dqk), "%s: dqk: expected 64, 128 or 192, got %lld", spec->kernel, dqk);
+    MLA_ARG_CHECK(mma_dv_ok(dv), "%s: dv: expected 32, 64 or 128, got %lld", spec->kernel, dv);
+    MLA_ARG_CHECK((rows == 16 && (w == 4 || w == 8)) || (rows == 32 && w == 4), "%s: warps and "
+                  "rows_per_warp: expected 4 and 16, 8 and 16 or 4 and 32, got %lld and %lld",
+                  spec->kernel, w, rows);
+    int n = rows == 32
+                ? snprintf(name_expr, size, "mla::fakequant::prefill_mma2_kernel<%s, %lld, %lld, "
+                           "%lld, %lld, %lld, %lld, %lld>", spec->params[0].value ? "true" : "false",
+                           spec->params[1].value, spec->params[2].value, spec->params[3].value,
+                           spec->params[4].value, m, dqk, dv)
+                : snprintf(name_expr, size, "mla::fakequant::prefill_mma_kernel<%s, %lld, %lld, "
+                           "%lld, %lld, %lld, %lld, %lld, %lld>", spec->params[0].value ? "true"
+                           : "false", spec->params[1].value, spec->params[2].value,
+                           spec->params[3].value, spec->params[4].value, m, dqk, dv, w);
+    MLA_RETURN_ERROR_IF(n < 0 || (size_t)n >= size, MLA_ERR_INTERNAL,
+                        "%s: name expression buffer of %zu bytes too small", spec->kernel, size);
+    launch->threads = (int)w * 32;
+    launch->dynamic_smem = MLA__FQ_PREFILL_MMA_SMEM((int)dqk, (int)dv, (int)w, (int)rows);
     launch->cluster = 1;
     return MLA_OK;
 }
@@ -197,9 +243,75 @@ mla_status mla_prefill_attention_shape(const mla_prefill_attention_args *args,
     return MLA_OK;
 }
 
+/* A tensor's element strides (dims 0 and 1) are multiples of mult and its data address of align. */
+static int strides_aligned(const DLTensor *t, long long mult, unsigned align) {
+    return mla__stride(t, 0) % mult == 0 && mla__stride(t, 1) % mult == 0 &&
+           (uintptr_t)mla__data(t) % align == 0;
+}
+
+/* The tensor-core prefill applies: not forced off, its head dims, P's tiles inside its 64-key
+ * tiles (block_n 16, 32 or 64 when P is quantized; any block_n is the same softmax otherwise),
+ * 16-byte rows of q/k/v for cp.async, 4-byte pairs of out, int rows. */
+static int use_mma(const mla_runtime *rt, const mla_prefill_attention_args *a, const pdims *d) {
+    return !rt->fakequant_prefill_portable && mma_dqk_ok(d->dqk) && mma_dv_ok(d->dv) &&
+           (a->p_quant == MLA_QDQ_NONE || a->block_n == 16 || a->block_n == 32 ||
+            a->block_n == 64) &&
+           strides_aligned(a->q, 8, 16) && strides_aligned(a->k, 8, 16) &&
+           strides_aligned(a->v, 8, 16) && strides_aligned(a->out, 2, 4) &&
+           d->total_q * (d->heads / d->kv_heads) < 0x7fffffffLL;
+}
+
+/* The per-tensor factor of an operand's codes (docs/fakequant-tensorcore-plan.md): the fp8 scale
+ * or the nvfp4 global scale, 1 for mode none. */
+static double code_factor(int mode, float amax) { return mode ? (double)mla__fq_scale(mode, amax) : 1.0; }
+
+static mla_status launch_prefill_mma(mla_runtime *rt, const mla_prefill_attention_args *a,
+                                     const pdims *d, double qk_scale, CUstream stream) {
+    int sparse = a->sparsity_n != 0;
+    mla__fq_prefill_mma_params p = {
+        .q = mla__data(a->q), .q_stride_t = mla__stride(a->q, 0), .q_stride_h = mla__stride(a->q, 1),
+        .k = mla__data(a->k), .k_stride_t = mla__stride(a->k, 0), .k_stride_h = mla__stride(a->k, 1),
+        .v = mla__data(a->v), .v_stride_t = mla__stride(a->v, 0), .v_stride_h = mla__stride(a->v, 1),
+        .cu_q = mla__data(a->cu_seqlens_q), .cu_k = mla__data(a->cu_seqlens_k),
+        .out = mla__data(a->out), .o_stride_t = mla__stride(a->out, 0),
+        .o_stride_h = mla__stride(a->out, 1), .lse = a->return_lse ? mla__data(a->lse) : 0,
+        .total_q = d->total_q, .batch = d->batch, .heads = d->heads, .kv_heads = d->kv_heads,
+        .block_n = a->block_n, .causal = a->causal, .sparsity_n = a->sparsity_n,
+        .sink = a->dense_sink_tokens, .recent = a->dense_recent_tokens,
+        .q_scale = mla__fq_scale(a->q_quant, a->q_amax), .k_scale = mla__fq_scale(a->k_quant, a->k_amax),
+        .p_scale = mla__fq_scale(a->p_quant, a->p_amax), .v_scale = mla__fq_scale(a->v_quant, a->v_amax),
+        .qk_eff = (float)(qk_scale * code_factor(a->q_quant, a->q_amax) *
+                          code_factor(a->k_quant, a->k_amax)),
+        .pv_eff = (float)(code_factor(a->p_quant, a->p_amax) * code_factor(a->v_quant, a->v_amax)),
+    };
+    mla__spec spec;
+    mla__spec_init(&spec, "fakequant_prefill_mma");
+    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "dtype", d->f16));
+    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "q_quant", a->q_quant));
+    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "k_quant", a->k_quant));
+    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "p_quant", a->p_quant));
+    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "v_quant", a->v_quant));
+    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "sparsity_m", sparse ? a->sparsity_m : 0));
+    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "dqk", d->dqk));
+    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "dv", d->dv));
+    int warps = rt->fakequant_prefill_warps ? rt->fakequant_prefill_warps : MLA__FQ_PREFILL_MMA_WARPS;
+    int rows = rt->fakequant_prefill_rows ? rt->fakequant_prefill_rows : MLA__FQ_PREFILL_MMA_ROWS;
+    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "warps", warps));
+    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "rows_per_warp", rows));
+    const mla__kernel *k = NULL;
+    MLA_FORWARD_IF_ERROR(mla__get_kernel(rt, &spec, &k));
+    long long groups = d->heads / d->kv_heads;
+    long long cta_rows = (long long)warps * rows;
+    long long tiles = ((long long)a->max_seqlen_q * groups + cta_rows - 1) / cta_rows;
+    unsigned gx = (unsigned)(tiles < 1 ? 1 : tiles > MAX_GRID_X ? MAX_GRID_X : tiles);
+    void *args[] = {&p};
+    return mla__launch(rt, k, gx, (unsigned)d->kv_heads, (unsigned)d->batch, stream, args);
+}
+
 static mla_status launch_prefill(mla_runtime *rt, const mla_prefill_attention_args *a,
                                  const pdims *d, CUstream stream) {
     double scale = isnan(a->softmax_scale) ? 1.0 / sqrt((double)d->dqk) : (double)a->softmax_scale;
+    if (use_mma(rt, a, d)) return launch_prefill_mma(rt, a, d, scale * LOG2E, stream);
     int sparse = a->sparsity_n != 0;
     mla__fq_prefill_params p = {
         .q = mla__data(a->q), .q_stride_t = mla__stride(a->q, 0), .q_stride_h = mla__stride(a->q, 1),

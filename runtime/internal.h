@@ -300,6 +300,10 @@ struct mla_runtime {
     char no_device_reason[512];    /* why has_device is 0 */
     int flashmla_decode_portable;  /* $MLAJIT_FLASHMLA_DECODE was "portable" at create: the dense
                                       FlashMLA decode runs the portable kernel on sm_90a too */
+    int fakequant_prefill_portable; /* $MLAJIT_FAKEQUANT_PREFILL was "portable" at create: the
+                                       fake-quant prefill runs the fp32 kernel everywhere */
+    int fakequant_prefill_warps;    /* "mma4", "mma8", "mma32": the tensor-core prefill's CTA, */
+    int fakequant_prefill_rows;     /* warps and rows per warp (4/16, 8/16, 4/32); 0: default */
     pthread_mutex_t lock;          /* guards the table */
     pthread_mutex_t sources_lock;  /* guards sources */
     mla__table_slot *table;        /* open addressing, capacity a power of two */

@@ -136,6 +136,24 @@ static void resolve_flashmla_decode(mla_runtime *rt) {
                  "\"%s\": ignored", v);
 }
 
+/* $MLAJIT_FAKEQUANT_PREFILL, read here once: "portable" runs the fake-quant prefill on the fp32
+ * kernel even where the tensor-core one applies; "mma4", "mma8" and "mma32" pick the tensor-core
+ * kernel's CTA (4 or 8 warps of 16 rows, 4 warps of 32 rows) instead of the default
+ * (comparisons); any other value is ignored with a warning. */
+static void resolve_fakequant_prefill(mla_runtime *rt) {
+    static const struct { const char *name; int warps, rows; } ctas[] = {
+        {"mma4", 4, 16}, {"mma8", 8, 16}, {"mma32", 4, 32}};
+    const char *v = env("MLAJIT_FAKEQUANT_PREFILL");
+    rt->fakequant_prefill_portable = v && !strcmp(v, "portable");
+    rt->fakequant_prefill_warps = rt->fakequant_prefill_rows = 0;
+    for (size_t i = 0; v && i < sizeof ctas / sizeof ctas[0]; i++)
+        if (!strcmp(v, ctas[i].name))
+            rt->fakequant_prefill_warps = ctas[i].warps, rt->fakequant_prefill_rows = ctas[i].rows;
+    if (v && !rt->fakequant_prefill_portable && !rt->fakequant_prefill_warps)
+        mla__log(rt, MLA_LOG_WARN, "MLAJIT_FAKEQUANT_PREFILL: expected \"portable\", \"mma4\", "
+                 "\"mma8\", \"mma32\" or unset, got \"%s\": ignored", v);
+}
+
 /* Copies the options and resolves what they leave to the environment. */
 static mla_status apply_options(mla_runtime *rt, const mla_options *options) {
     mla_options_init(&rt->options);
@@ -160,6 +178,7 @@ static mla_status apply_options(mla_runtime *rt, const mla_options *options) {
     resolve_cache_dir(rt, options ? options->cache_dir : NULL);
     resolve_cuda_home(rt);
     resolve_flashmla_decode(rt);
+    resolve_fakequant_prefill(rt);
     return MLA_OK;
 }
 

@@ -1,7 +1,8 @@
 /* Compile tests of the fake-quant kernels: every specialization (qdq for in_dtype x mode; decode
  * for cache_dtype x k_qdq x v_qdq x p_qdq; the combine for each out_dtype) and a covering set of
  * the prefill's (dtype x q/k/p/v quant x sparsity_m: every value of every parameter, each mode
- * beside each other mode and each sparsity, the GPU tests' specs among them) compiles with NVRTC
+ * beside each other mode and each sparsity, the GPU tests' specs among them; for the tensor-core
+ * prefill the same set over its head dims, every dqk and every dv) compiles with NVRTC
  * for sm_90a and sm_100a through the library (mla__precompile, no GPU needed) and reports the
  * launch needs the runtime uses. Spec values outside the kinds' ranges are refused. */
 #include <criterion/criterion.h>
@@ -18,11 +19,11 @@ typedef struct compile_case {
     char arch[16];
     char kernel[32];
     int n;
-    int v[6];
+    int v[10];
 } compile_case;
 
 #define N_PREFILL 12
-#define N_PER_ARCH (6 + 54 + 3 + N_PREFILL)
+#define N_PER_ARCH (6 + 54 + 3 + 2 * N_PREFILL + 6)
 static compile_case cases[2 * N_PER_ARCH];
 
 static compile_case *add_case(int *n, const char *arch, const char *kernel, int count, int v0,
@@ -30,7 +31,8 @@ static compile_case *add_case(int *n, const char *arch, const char *kernel, int 
     compile_case *c = &cases[(*n)++];
     snprintf(c->arch, sizeof c->arch, "%s", arch);
     snprintf(c->kernel, sizeof c->kernel, "%s", kernel);
-    c->n = count, c->v[0] = v0, c->v[1] = v1, c->v[2] = v2, c->v[3] = v3, c->v[4] = c->v[5] = 0;
+    c->n = count, c->v[0] = v0, c->v[1] = v1, c->v[2] = v2, c->v[3] = v3;
+    c->v[4] = c->v[5] = c->v[6] = c->v[7] = c->v[8] = c->v[9] = 0;
     return c;
 }
 
@@ -58,6 +60,35 @@ static void fill_cases(void) {
             const int *v = prefill_specs[i];
             compile_case *c = add_case(&n, archs[a], "fakequant_prefill", 6, v[0], v[1], v[2], v[3]);
             c->v[4] = v[4], c->v[5] = v[5];
+        }
+        /* tensor-core prefill: the same specs, head dims (192, 128) (the GPU tests' and the
+         * bench's), (64, 32) and in turn every other dqk and dv, each CTA shape */
+        static const int dims[N_PREFILL][2] = {
+            {192, 128}, {192, 128}, {192, 128}, {64, 32}, {192, 128}, {64, 32},
+            {192, 128}, {64, 32}, {128, 64}, {64, 32}, {64, 32}, {128, 128},
+        };
+        for (int i = 0; i < N_PREFILL; i++) {
+            const int *v = prefill_specs[i];
+            compile_case *c = add_case(&n, archs[a], "fakequant_prefill_mma", 10, v[0], v[1],
+                                       v[2], v[3]);
+            c->v[4] = v[4], c->v[5] = v[5], c->v[6] = dims[i][0], c->v[7] = dims[i][1];
+            c->v[8] = i % 3 == 1 ? 8 : 4, c->v[9] = i % 3 == 2 ? 32 : 16;
+        }
+        /* 4 warps of 32 rows: the bench's four specs (192/128 bf16: none, fp8, nvfp4, 2:4) */
+        static const int x32[4][6] = {{0, 0, 0, 0, 0, 0}, {0, 1, 1, 1, 1, 0}, {0, 2, 2, 2, 2, 0},
+                                      {0, 0, 0, 0, 0, 4}};
+        for (int i = 0; i < 4; i++) {
+            compile_case *c = add_case(&n, archs[a], "fakequant_prefill_mma", 10, x32[i][0],
+                                       x32[i][1], x32[i][2], x32[i][3]);
+            c->v[4] = x32[i][4], c->v[5] = x32[i][5], c->v[6] = 192, c->v[7] = 128;
+            c->v[8] = 4, c->v[9] = 32;
+        }
+        /* and 8 warps of 16 rows for the same none and 2:4 */
+        for (int i = 0; i < 4; i += 3) {
+            compile_case *c = add_case(&n, archs[a], "fakequant_prefill_mma", 10, x32[i][0],
+                                       x32[i][1], x32[i][2], x32[i][3]);
+            c->v[4] = x32[i][4], c->v[5] = x32[i][5], c->v[6] = 192, c->v[7] = 128;
+            c->v[8] = 8, c->v[9] = 16;
         }
     }
 }
@@ -87,11 +118,14 @@ ParameterizedTest(compile_case *c, fakequant_compile, every_spec) {
               desc);
     int decode = !strcmp(c->kernel, "fakequant_decode");
     int prefill = !strcmp(c->kernel, "fakequant_prefill");
-    cr_expect(launch.threads == (strcmp(c->kernel, "fakequant_qdq") ? MLA__FQ_THREADS
+    int mma = !strcmp(c->kernel, "fakequant_prefill_mma");
+    cr_expect(launch.threads == (mma ? c->v[8] * 32
+                                 : strcmp(c->kernel, "fakequant_qdq") ? MLA__FQ_THREADS
                                                                       : MLA__FQ_QDQ_THREADS),
               "%s: threads %d", desc, launch.threads);
     cr_expect(launch.dynamic_smem == (decode ? MLA__FQ_DECODE_SMEM : prefill ? MLA__FQ_PREFILL_SMEM
-                                                                                : 0),
+                                      : mma ? MLA__FQ_PREFILL_MMA_SMEM(c->v[6], c->v[7], c->v[8], c->v[9])
+                                      : 0),
               "%s: smem %d", desc, launch.dynamic_smem);
     cr_expect(launch.dynamic_smem <= 227 * 1024, "%s: smem %d over the 227 KiB limit", desc,
               launch.dynamic_smem);
@@ -99,7 +133,7 @@ ParameterizedTest(compile_case *c, fakequant_compile, every_spec) {
 }
 
 Test(fakequant_compile, builders_refuse_bad_specs) {
-    static const struct { const char *kernel; int n; long long v[6]; } bad[] = {
+    static const struct { const char *kernel; int n; long long v[10]; } bad[] = {
         {"fakequant_qdq", 2, {3, 1}}, {"fakequant_qdq", 2, {0, 0}}, {"fakequant_qdq", 2, {0, 3}},
         {"fakequant_decode", 4, {2, 0, 0, 0}}, {"fakequant_decode", 4, {0, 3, 0, 0}},
         {"fakequant_decode", 4, {0, 0, -1, 0}}, {"fakequant_decode", 4, {0, 0, 0, 3}},
@@ -107,6 +141,14 @@ Test(fakequant_compile, builders_refuse_bad_specs) {
         {"fakequant_prefill", 6, {2, 0, 0, 0, 0, 0}}, {"fakequant_prefill", 6, {0, 3, 0, 0, 0, 0}},
         {"fakequant_prefill", 6, {0, 0, 0, 0, 0, 6}}, {"fakequant_prefill", 6, {0, 0, 0, 0, 0, 9}},
         {"fakequant_prefill", 5, {0, 0, 0, 0, 0}},
+        {"fakequant_prefill_mma", 10, {0, 0, 0, 0, 0, 0, 576, 512, 4, 16}},
+        {"fakequant_prefill_mma", 10, {0, 0, 0, 0, 0, 0, 192, 96, 4, 16}},
+        {"fakequant_prefill_mma", 10, {0, 0, 0, 0, 0, 0, 96, 128, 4, 16}},
+        {"fakequant_prefill_mma", 10, {0, 0, 0, 0, 0, 6, 192, 128, 4, 16}},
+        {"fakequant_prefill_mma", 10, {0, 0, 0, 0, 0, 0, 192, 128, 6, 16}},
+        {"fakequant_prefill_mma", 10, {0, 0, 0, 0, 0, 0, 192, 128, 8, 32}},
+        {"fakequant_prefill_mma", 10, {0, 0, 0, 0, 0, 0, 192, 128, 4, 24}},
+        {"fakequant_prefill_mma", 9, {0, 0, 0, 0, 0, 0, 192, 128, 4}},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         const mla__kernel_kind *kind = mla__kernel_kind_find(bad[i].kernel);

@@ -2,13 +2,16 @@
  * They run without a GPU: a no_device runtime and fake device addresses, so every check must fire
  * before any device access. Each case breaks one argument of a valid call and expects
  * MLA_ERR_INVALID_ARGUMENT (or MLA_ERR_NOT_SUPPORTED) with a message containing the expected
- * text; the valid calls themselves must reach the device and fail with MLA_ERR_NO_DEVICE. */
+ * text; the valid calls themselves must reach the device and fail with MLA_ERR_NO_DEVICE. Also
+ * the reading of $MLAJIT_FAKEQUANT_PREFILL at runtime creation. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mlajit/fakequant.h"
+#include "runtime/internal.h"
 #include "util/gpu.h"
 
 #define TQ 50
@@ -161,4 +164,71 @@ Test(fakequant_prefill_args, defaults_and_shape_helper) {
     c.a.block_n = 40;
     cr_expect(mla_prefill_attention_shape(&c.a, &sz) == MLA_ERR_INVALID_ARGUMENT,
               "shape with block_n 40 must fail");
+}
+
+/* Warnings about $MLAJIT_FAKEQUANT_PREFILL received by the log callback, and the last one. */
+static int env_warnings;
+static char env_msg[512];
+static void record_env(void *user, mla_log_level level, const char *msg) {
+    (void)user;
+    if (level != MLA_LOG_WARN || !strstr(msg, "MLAJIT_FAKEQUANT_PREFILL")) return;
+    env_warnings++;
+    snprintf(env_msg, sizeof env_msg, "%s", msg);
+}
+
+/* A no_device runtime created with $MLAJIT_FAKEQUANT_PREFILL set to value (unset for NULL); the
+ * variable is unset again before returning. */
+static mla_runtime *runtime_with_env(const char *value) {
+    cr_assert_eq(value ? setenv("MLAJIT_FAKEQUANT_PREFILL", value, 1)
+                       : unsetenv("MLAJIT_FAKEQUANT_PREFILL"), 0, "set MLAJIT_FAKEQUANT_PREFILL");
+    mla_options o;
+    mla_options_init(&o);
+    o.no_device = 1;
+    o.arch = "sm_90a";
+    o.cache_dir = "";
+    o.log = record_env;
+    env_warnings = 0;
+    env_msg[0] = '\0';
+    mla_runtime *rt = NULL;
+    mla_status s = mla_runtime_create(&o, &rt);
+    cr_assert_eq(unsetenv("MLAJIT_FAKEQUANT_PREFILL"), 0, "unset MLAJIT_FAKEQUANT_PREFILL");
+    cr_assert_eq(s, MLA_OK, "MLAJIT_FAKEQUANT_PREFILL=%s: mla_runtime_create: %s",
+                 value ? value : "(unset)", mla_last_error());
+    return rt;
+}
+
+/* $MLAJIT_FAKEQUANT_PREFILL is read once, at creation: "portable" forces the fp32 prefill,
+ * "mma4" / "mma8" / "mma32" pick the tensor-core CTA (warps, rows per warp), unset or empty leave
+ * the defaults (0); any other value is ignored with one warning naming it. */
+Test(fakequant_prefill_args, env_read_at_create) {
+    static const struct {
+        const char *value;
+        int portable, warps, rows, warns;
+    } rows[] = {
+        {NULL, 0, 0, 0, 0},     {"", 0, 0, 0, 0},      {"portable", 1, 0, 0, 0},
+        {"mma4", 0, 4, 16, 0},  {"mma8", 0, 8, 16, 0}, {"mma32", 0, 4, 32, 0},
+        {"mma16", 0, 0, 0, 1},  {"Portable", 0, 0, 0, 1},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        const char *shown = rows[i].value ? rows[i].value : "(unset)";
+        mla_runtime *rt = runtime_with_env(rows[i].value);
+        cr_expect(rt->fakequant_prefill_portable == rows[i].portable &&
+                  rt->fakequant_prefill_warps == rows[i].warps &&
+                  rt->fakequant_prefill_rows == rows[i].rows, "MLAJIT_FAKEQUANT_PREFILL=%s: "
+                  "portable %d, warps %d, rows %d; expected %d, %d, %d", shown,
+                  rt->fakequant_prefill_portable, rt->fakequant_prefill_warps,
+                  rt->fakequant_prefill_rows, rows[i].portable, rows[i].warps, rows[i].rows);
+        cr_expect_eq(env_warnings, rows[i].warns, "MLAJIT_FAKEQUANT_PREFILL=%s: %d warnings, "
+                     "expected %d (last: %s)", shown, env_warnings, rows[i].warns, env_msg);
+        if (rows[i].warns)
+            cr_expect(strstr(env_msg, rows[i].value) && strstr(env_msg, "portable"),
+                      "the warning names the value and what is expected: %s", env_msg);
+        mla_runtime_destroy(rt);
+    }
+    mla_runtime *forced = runtime_with_env("portable");
+    cr_assert_eq(setenv("MLAJIT_FAKEQUANT_PREFILL", "mma4", 1), 0, "setenv");
+    cr_expect(forced->fakequant_prefill_portable && !forced->fakequant_prefill_warps,
+              "a later change of MLAJIT_FAKEQUANT_PREFILL must not change an existing runtime");
+    cr_assert_eq(unsetenv("MLAJIT_FAKEQUANT_PREFILL"), 0, "unsetenv");
+    mla_runtime_destroy(forced);
 }

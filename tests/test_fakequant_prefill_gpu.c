@@ -9,8 +9,14 @@
  * block_n 16..128, and q with a padded token stride. Properties: N:M keeps exactly the top N
  * under ties for M = 4 and every tie for M = 8, sink/recent/single-row exemptions (one-hot v makes
  * the kept set visible), the 2-chunk LSE merge equals the single shot, block_n and amax change
- * quantized results, and all-NVFP4 stays close to dense [cos > 0.98]. Reproduce a failure with
- * MLAJIT_TEST_SEED=<seed in the message>. */
+ * quantized results, and all-NVFP4 stays close to dense [cos > 0.98]. Every test runs on the same
+ * inputs: on a default runtime, where the tensor-core kernel (prefill_mma.cu, "[mma]" in
+ * messages) runs every case its shapes allow (head dims 192/128 and 64/32 here; 576/512 and P
+ * quantized with block_n 128 take the fp32 kernel, and the test checks which kernel ran), then on
+ * a runtime created with MLAJIT_FAKEQUANT_PREFILL=portable, which runs the fp32 kernel
+ * (prefill.cu, "[fp32]") everywhere, and on runtimes with MLAJIT_FAKEQUANT_PREFILL=mma4, mma8 or
+ * mma32 for the tensor-core kernel's CTA shapes other than the default ("[mma8]" etc.).
+ * Reproduce a failure with MLAJIT_TEST_SEED=<seed in the message>. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <math.h>
@@ -18,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/fakequant_kinds.h"
+#include "runtime/internal.h"
 #include "util/fakequant_prefill_case.h"
 
 enum { N0 = MLA_QDQ_NONE, F8 = MLA_QDQ_FP8, F4 = MLA_QDQ_NVFP4 };
@@ -65,10 +73,77 @@ ParameterizedTestParameters(fakequant_prefill_gpu, sweep) {
     return cr_make_param_array(mlt_pf_case, sweep, sizeof sweep / sizeof sweep[0]);
 }
 
-static mla_runtime *gpu_or_skip(void) {
+/* The passes: the default runtime, $MLAJIT_FAKEQUANT_PREFILL = "portable" (the fp32 kernel), then
+ * the tensor-core kernel's other CTA shapes (4 or 8 warps of 16 rows, 4 warps of 32 rows; the
+ * one that is the default is skipped). */
+enum { N_PASS = 5 };
+static const char *const pass_label[N_PASS] = {"mma", "fp32", "mma4", "mma8", "mma32"};
+static const char *const pass_env[N_PASS] = {NULL, "portable", "mma4", "mma8", "mma32"};
+static const int pass_warps[N_PASS] = {0, 0, 4, 8, 4}, pass_rows[N_PASS] = {0, 0, 16, 16, 32};
+
+/* Pass p repeats the default CTA. */
+static int pass_is_default(int p) {
+    return pass_warps[p] == MLA__FQ_PREFILL_MMA_WARPS && pass_rows[p] == MLA__FQ_PREFILL_MMA_ROWS;
+}
+
+/* A GPU runtime created with $MLAJIT_FAKEQUANT_PREFILL as pass_env[pass] (unset for NULL), which
+ * the runtime reads at creation only; the variable is restored. Skips without a GPU. */
+static mla_runtime *gpu_or_skip(int pass) {
+    static const char name[] = "MLAJIT_FAKEQUANT_PREFILL";
+    const char *old = getenv(name);
+    char *saved = old ? strdup(old) : NULL;
+    int portable = pass == 1;
+    cr_assert(!old || saved, "out of host memory");
+    cr_assert((pass_env[pass] ? setenv(name, pass_env[pass], 1) : unsetenv(name)) == 0, "set %s",
+              name);
     mla_runtime *rt = NULL;
-    if (!mlt_gpu_runtime(&rt)) cr_skip_test("no GPU");
+    int ok = mlt_gpu_runtime(&rt);
+    cr_assert((saved ? setenv(name, saved, 1) : unsetenv(name)) == 0, "restore %s", name);
+    free(saved);
+    if (!ok) cr_skip_test("no GPU");
+    cr_assert(rt->fakequant_prefill_portable == portable &&
+              rt->fakequant_prefill_warps == pass_warps[pass] &&
+              rt->fakequant_prefill_rows == pass_rows[pass], "MLAJIT_FAKEQUANT_PREFILL=%s at "
+              "creation: portable %d, warps %d, rows %d", pass_env[pass] ? pass_env[pass] : "(unset)",
+              rt->fakequant_prefill_portable, rt->fakequant_prefill_warps,
+              rt->fakequant_prefill_rows);
     return rt;
+}
+
+/* Kernels of kind loaded in rt (its kernel table). */
+static int loaded_of_kind(const mla_runtime *rt, const char *kind) {
+    int n = 0;
+    for (size_t i = 0; i < rt->table_cap; i++)
+        if (rt->table[i].kernel && !strcmp(rt->table[i].spec.kernel, kind)) n++;
+    return n;
+}
+
+/* The shapes the tensor-core kernel takes (docs/FAKEQUANT.md): head dims (64 | 128 | 192, 32 |
+ * 64 | 128), block_n 16, 32 or 64 when P is quantized (the tests' tensors are aligned). */
+static int expect_mma(const mlt_pf_case *c) {
+    int bn = c->block_n ? c->block_n : 64;
+    return (c->dqk == 64 || c->dqk == 128 || c->dqk == 192) &&
+           (c->dv == 32 || c->dv == 64 || c->dv == 128) &&
+           (c->p == MLA_QDQ_NONE || bn == 16 || bn == 32 || bn == 64);
+}
+
+/* The kernels rt ran: the tensor-core one when any case used expects it (mma) and the fp32 one
+ * when any does not (fp32); in pass 1 the fp32 one only. */
+static void expect_kernels(const mla_runtime *rt, int pass, int mma, int fp32, const char *name) {
+    int nm = loaded_of_kind(rt, "fakequant_prefill_mma"), nf = loaded_of_kind(rt, "fakequant_prefill");
+    if (pass == 1) mma = 0, fp32 = 1;
+    cr_assert((nm > 0) == mma && (nf > 0) == fp32, "%s [%s]: expected %s tensor-core and %s fp32 "
+              "kernels, the runtime loaded %d and %d", name, pass_label[pass], mma ? "some" : "no",
+              fp32 ? "some" : "no", nm, nf);
+}
+
+/* c with " [mma]" or " [fp32]" appended to its name. */
+static mlt_pf_case labelled(const mlt_pf_case *c, int pass) {
+    mlt_pf_case l = *c;
+    char name[sizeof l.name];
+    snprintf(name, sizeof name, "%s", c->name);
+    snprintf(l.name, sizeof l.name, "%.80s [%s]", name, pass_label[pass]);
+    return l;
 }
 
 static size_t n_out(const mlt_pf_case *c, const mlt_pf_run *r) {
@@ -137,18 +212,23 @@ static unsigned char *nm_unsure_rows(const mlt_pf_case *c, const mlt_pf_run *r, 
     return skip;
 }
 
-ParameterizedTest(mlt_pf_case *c, fakequant_prefill_gpu, sweep) {
-    mla_runtime *rt = gpu_or_skip();
+ParameterizedTest(mlt_pf_case *c0, fakequant_prefill_gpu, sweep) {
     uint64_t seed = mlt_seed();
-    mlt_pf_run r;
-    run_case(rt, c, seed, 4.0, &r);
-    int quant = c->q || c->k || c->p || c->v;
-    if (!quant && !c->sparsity_n) expect_ref(c, &r, 1, 5e-3, 5e-3, seed);
-    unsigned char *skip = nm_unsure_rows(c, &r, seed);
-    expect_ref_rows(c, &r, 0, quant ? 2e-2 : 5e-3, 5e-3, seed, skip);
-    free(skip);
-    mlt_pf_free(&r);
-    mla_runtime_destroy(rt);
+    for (int pass = 0; pass < N_PASS; pass++) {
+        if (pass_is_default(pass)) continue;
+        mla_runtime *rt = gpu_or_skip(pass);
+        mlt_pf_case cl = labelled(c0, pass), *c = &cl;
+        mlt_pf_run r;
+        run_case(rt, c, seed, 4.0, &r);
+        expect_kernels(rt, pass, expect_mma(c), !expect_mma(c), c->name);
+        int quant = c->q || c->k || c->p || c->v;
+        if (!quant && !c->sparsity_n) expect_ref(c, &r, 1, 5e-3, 5e-3, seed);
+        unsigned char *skip = nm_unsure_rows(c, &r, seed);
+        expect_ref_rows(c, &r, 0, quant ? 2e-2 : 5e-3, 5e-3, seed, skip);
+        free(skip);
+        mlt_pf_free(&r);
+        mla_runtime_destroy(rt);
+    }
 }
 
 /* With one-hot v, out[i, h, j] is the weight of key j: a key is dropped (weight exactly 0) on
@@ -157,13 +237,14 @@ ParameterizedTest(mlt_pf_case *c, fakequant_prefill_gpu, sweep) {
  * each other (mlt_pf_nm_unsure: gap <= 2 (d + 2) 2^-23 qk_scale sum |q k|), and then fp32 and
  * float64 may legitimately keep different keys: those near-tied keys are not compared, nor the
  * values of their rows; such groups must stay under 1 % (expected: almost always none). */
-Test(fakequant_prefill_gpu, nm_exemptions_exact) {
-    mla_runtime *rt = gpu_or_skip();
+static void nm_exemptions_exact_on(int pass) {
+    mla_runtime *rt = gpu_or_skip(pass);
     uint64_t seed = mlt_seed();
     for (int m = 4; m <= 8; m += 4) {
         mlt_pf_case c = {"", 0, 2, 1, 64, 128, 2, {24, 1}, {100, 40}, 1, N0, N0, N0, N0, 0, 0, 0,
                          0, m / 2, m, 3, 5, 32, 0, MLT_PF_ONE_HOT};
-        snprintf(c.name, sizeof c.name, "one-hot %d:%d sink 3 recent 5", m / 2, m);
+        snprintf(c.name, sizeof c.name, "one-hot %d:%d sink 3 recent 5 [%s]", m / 2, m,
+                 pass_label[pass]);
         mlt_pf_run r;
         run_case(rt, &c, seed, 1.0, &r);
         size_t n = n_out(&c, &r), nl = (size_t)r.total_q * c.heads, dropped = 0;
@@ -205,18 +286,24 @@ Test(fakequant_prefill_gpu, nm_exemptions_exact) {
         expect_ref_rows(&c, &r, 0, 5e-3, 5e-3, seed, skip);
         free(out), free(lse), free(all), free(lse2), free(unsure), free(skip), mlt_pf_free(&r);
     }
+    expect_kernels(rt, pass, 1, 0, "nm_exemptions_exact");
     mla_runtime_destroy(rt);
+}
+
+Test(fakequant_prefill_gpu, nm_exemptions_exact) {
+    for (int pass = 0; pass < N_PASS; pass++)
+        if (!pass_is_default(pass)) nm_exemptions_exact_on(pass);
 }
 
 /* Every N:M group fully tied (k rows equal within groups of 8), non-causal, no exemptions: M = 4
  * keeps exactly N, the lowest indices; M = 8 keeps the whole tied group. */
-Test(fakequant_prefill_gpu, nm_ties) {
-    mla_runtime *rt = gpu_or_skip();
+static void nm_ties_on(int pass) {
+    mla_runtime *rt = gpu_or_skip(pass);
     uint64_t seed = mlt_seed();
     for (int m = 4; m <= 8; m += 4) {
         mlt_pf_case c = {"", 0, 2, 2, 64, 128, 1, {6}, {96}, 0, N0, N0, N0, N0, 0, 0, 0, 0,
                          m == 4 ? 2 : 3, m, 0, 0, 64, 0, MLT_PF_TIED};
-        snprintf(c.name, sizeof c.name, "tied %d:%d", c.sparsity_n, m);
+        snprintf(c.name, sizeof c.name, "tied %d:%d [%s]", c.sparsity_n, m, pass_label[pass]);
         mlt_pf_run r;
         /* one-hot v on top of the tied k */
         char msg[256];
@@ -237,13 +324,19 @@ Test(fakequant_prefill_gpu, nm_ties) {
         expect_ref(&c, &r, 0, 5e-3, 5e-3, seed);
         mlt_pf_free(&r);
     }
+    expect_kernels(rt, pass, 1, 0, "nm_ties");
     mla_runtime_destroy(rt);
+}
+
+Test(fakequant_prefill_gpu, nm_ties) {
+    for (int pass = 0; pass < N_PASS; pass++)
+        if (!pass_is_default(pass)) nm_ties_on(pass);
 }
 
 /* Causal prefill of q 48 over k 112 equals the LSE merge of a non-causal chunk over keys
  * [0, 64) and a causal chunk over keys [64, 112). */
-Test(fakequant_prefill_gpu, two_chunk_lse_merge) {
-    mla_runtime *rt = gpu_or_skip();
+static void two_chunk_lse_merge_on(int pass) {
+    mla_runtime *rt = gpu_or_skip(pass);
     uint64_t seed = mlt_seed();
     mlt_pf_case full = {"single shot", 0, 4, 2, 192, 128, 1, {48}, {112}, 1, N0, N0, N0, N0,
                         0, 0, 0, 0, 0, 4, 0, 64, 0, 0, 0};
@@ -259,27 +352,35 @@ Test(fakequant_prefill_gpu, two_chunk_lse_merge) {
     memcpy(r1.q, rf.q, nq * sizeof *rf.q), memcpy(r2.q, rf.q, nq * sizeof *rf.q);
     memcpy(r1.k, rf.k, 64 * kr * sizeof *rf.k), memcpy(r2.k, rf.k + 64 * kr, 48 * kr * sizeof *rf.k);
     memcpy(r1.v, rf.v, 64 * vr * sizeof *rf.v), memcpy(r2.v, rf.v + 64 * vr, 48 * vr * sizeof *rf.v);
-    cr_assert(mlt_pf_device(rt, &full, &rf, msg, sizeof msg) == 0, "full seed %llu: %s",
-              (unsigned long long)seed, msg);
+    cr_assert(mlt_pf_device(rt, &full, &rf, msg, sizeof msg) == 0, "full [%s] seed %llu: %s",
+              pass_label[pass], (unsigned long long)seed, msg);
     cr_assert(mlt_pf_device(rt, &c1, &r1, msg, sizeof msg) == 0, "chunk 1: %s", msg);
     cr_assert(mlt_pf_device(rt, &c2, &r2, msg, sizeof msg) == 0, "chunk 2: %s", msg);
     for (int h = 0; h < 4; h++)
         for (int i = 0; i < 48; i++) {
             double l1 = r1.lse[h * 48 + i], l2 = r2.lse[h * 48 + i], mx = fmax(l1, l2);
             double w1 = exp(l1 - mx), w2 = exp(l2 - mx), lse = mx + log(w1 + w2);
-            cr_expect(fabs(lse - rf.lse[h * 48 + i]) <= 1e-3, "seed %llu: head %d token %d: merged "
-                      "lse %.7g, single shot %.7g", (unsigned long long)seed, h, i, lse,
-                      rf.lse[h * 48 + i]);
+            cr_expect(fabs(lse - rf.lse[h * 48 + i]) <= 1e-3, "[%s] seed %llu: head %d token %d: "
+                      "merged lse %.7g, single shot %.7g", pass_label[pass],
+                      (unsigned long long)seed, h, i, lse, rf.lse[h * 48 + i]);
             for (int f = 0; f < 128; f++) {
                 size_t o = ((size_t)i * 4 + h) * 128 + f;
                 double m = (r1.out[o] * w1 + r2.out[o] * w2) / (w1 + w2);
-                cr_assert(fabs(m - rf.out[o]) <= 1e-2, "seed %llu: head %d token %d col %d: merged "
-                          "%.6g, single shot %.6g", (unsigned long long)seed, h, i, f, m, rf.out[o]);
+                cr_assert(fabs(m - rf.out[o]) <= 1e-2, "[%s] seed %llu: head %d token %d col %d: "
+                          "merged %.6g, single shot %.6g", pass_label[pass],
+                          (unsigned long long)seed, h, i, f, m, rf.out[o]);
             }
         }
-    expect_ref(&full, &rf, 1, 5e-3, 5e-3, seed);
+    mlt_pf_case fl = labelled(&full, pass);
+    expect_ref(&fl, &rf, 1, 5e-3, 5e-3, seed);
+    expect_kernels(rt, pass, 1, 0, "two_chunk_lse_merge");
     mlt_pf_free(&rf), mlt_pf_free(&r1), mlt_pf_free(&r2);
     mla_runtime_destroy(rt);
+}
+
+Test(fakequant_prefill_gpu, two_chunk_lse_merge) {
+    for (int pass = 0; pass < N_PASS; pass++)
+        if (!pass_is_default(pass)) two_chunk_lse_merge_on(pass);
 }
 
 static double max_diff(const double *a, const double *b, size_t n) {
@@ -291,13 +392,14 @@ static double max_diff(const double *a, const double *b, size_t n) {
 /* Quantization is not a no-op: NVFP4 all-ops differs from dense, stays close to it (cos > 0.98 on
  * q of unit variance), and changes with the amax; P-NVFP4 with block_n 16 differs from the oracle
  * of block_n 128 (the schedule is part of the numerics). */
-Test(fakequant_prefill_gpu, quantization_changes_results) {
-    mla_runtime *rt = gpu_or_skip();
+static void quantization_changes_results_on(int pass) {
+    mla_runtime *rt = gpu_or_skip(pass);
     uint64_t seed = mlt_seed();
     mlt_pf_case c = {"nvfp4 all", 0, 4, 2, 192, 128, 2, {37, 16}, {41, 80}, 1, F4, F4, F4, F4,
                      0, 0, 0, 0, 0, 4, 0, 64, 0, 0, 0};
+    snprintf(c.name, sizeof c.name, "nvfp4 all [%s]", pass_label[pass]);
     mlt_pf_case ca = c;
-    snprintf(ca.name, sizeof ca.name, "nvfp4 all amax 5/5/1/5");
+    snprintf(ca.name, sizeof ca.name, "nvfp4 all amax 5/5/1/5 [%s]", pass_label[pass]);
     ca.q_amax = ca.k_amax = ca.v_amax = 5;
     mlt_pf_run r, ra;
     run_case(rt, &c, seed, sqrt(3.0), &r);
@@ -316,6 +418,7 @@ Test(fakequant_prefill_gpu, quantization_changes_results) {
     expect_ref(&ca, &ra, 0, 2e-2, 5e-3, seed);
     mlt_pf_case p16 = {"p nvfp4 bn16", 0, 4, 2, 64, 32, 1, {64}, {200}, 1, N0, N0, F4, N0, 0, 0,
                        0, 0, 0, 4, 0, 64, 16, 0, 0};
+    snprintf(p16.name, sizeof p16.name, "p nvfp4 bn16 [%s]", pass_label[pass]);
     mlt_pf_run rp;
     run_case(rt, &p16, seed, 4.0, &rp);
     mlt_pf_case p128 = p16;
@@ -324,10 +427,16 @@ Test(fakequant_prefill_gpu, quantization_changes_results) {
     double *o128 = malloc(np * sizeof *o128), *l128 = malloc((size_t)64 * 4 * sizeof *l128);
     cr_assert(o128 && l128 && mlt_pf_oracle(&p128, &rp, 0, o128, l128) == 0, "oracle bn128");
     expect_ref(&p16, &rp, 0, 2e-2, 5e-3, seed);
-    cr_expect(max_diff(rp.out, o128, np) > 1e-3, "p nvfp4 seed %llu: block_n 16 on the device "
-              "equals the block_n 128 oracle (max diff %.3g)", (unsigned long long)seed,
-              max_diff(rp.out, o128, np));
+    cr_expect(max_diff(rp.out, o128, np) > 1e-3, "p nvfp4 [%s] seed %llu: block_n 16 on the "
+              "device equals the block_n 128 oracle (max diff %.3g)", pass_label[pass],
+              (unsigned long long)seed, max_diff(rp.out, o128, np));
+    expect_kernels(rt, pass, 1, 0, "quantization_changes_results");
     free(dense), free(lse), free(o128), free(l128);
     mlt_pf_free(&r), mlt_pf_free(&ra), mlt_pf_free(&rp);
     mla_runtime_destroy(rt);
+}
+
+Test(fakequant_prefill_gpu, quantization_changes_results) {
+    for (int pass = 0; pass < N_PASS; pass++)
+        if (!pass_is_default(pass)) quantization_changes_results_on(pass);
 }
