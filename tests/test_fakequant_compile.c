@@ -1,5 +1,5 @@
 /* Compile tests of the fake-quant kernels: every specialization (qdq for in_dtype x mode; decode
- * for cache_dtype x k_qdq x v_qdq x p_qdq; the combine for each out_dtype) and a covering set of
+ * and the tensor-core decode_mma for cache_dtype x k_qdq x v_qdq x p_qdq; the combine for each out_dtype) and a covering set of
  * the prefill's (dtype x q/k/p/v quant x sparsity_m: every value of every parameter, each mode
  * beside each other mode and each sparsity, the GPU tests' specs among them) compiles with NVRTC
  * for sm_90a and sm_100a through the library (mla__precompile, no GPU needed) and reports the
@@ -22,7 +22,7 @@ typedef struct compile_case {
 } compile_case;
 
 #define N_PREFILL 12
-#define N_PER_ARCH (6 + 54 + 3 + N_PREFILL)
+#define N_PER_ARCH (6 + 2 * 54 + 3 + N_PREFILL)
 static compile_case cases[2 * N_PER_ARCH];
 
 static compile_case *add_case(int *n, const char *arch, const char *kernel, int count, int v0,
@@ -52,7 +52,9 @@ static void fill_cases(void) {
             for (int k = 0; k < 3; k++)
                 for (int v = 0; v < 3; v++)
                     for (int p = 0; p < 3; p++)
-                        add_case(&n, archs[a], "fakequant_decode", 4, c, k, v, p);
+                        for (int mma = 0; mma < 2; mma++)
+                            add_case(&n, archs[a], mma ? "fakequant_decode_mma" : "fakequant_decode",
+                                     4, c, k, v, p);
         for (int o = 0; o < 3; o++) add_case(&n, archs[a], "fakequant_decode_combine", 1, o, 0, 0, 0);
         for (int i = 0; i < N_PREFILL; i++) {
             const int *v = prefill_specs[i];
@@ -86,12 +88,13 @@ ParameterizedTest(compile_case *c, fakequant_compile, every_spec) {
     cr_assert(kind->build(&spec, name_expr, sizeof name_expr, &launch) == MLA_OK, "%s: build",
               desc);
     int decode = !strcmp(c->kernel, "fakequant_decode");
+    int mma = !strcmp(c->kernel, "fakequant_decode_mma");
     int prefill = !strcmp(c->kernel, "fakequant_prefill");
     cr_expect(launch.threads == (strcmp(c->kernel, "fakequant_qdq") ? MLA__FQ_THREADS
                                                                       : MLA__FQ_QDQ_THREADS),
               "%s: threads %d", desc, launch.threads);
-    cr_expect(launch.dynamic_smem == (decode ? MLA__FQ_DECODE_SMEM : prefill ? MLA__FQ_PREFILL_SMEM
-                                                                                : 0),
+    cr_expect(launch.dynamic_smem == (decode ? MLA__FQ_DECODE_SMEM : mma ? MLA__FQ_DECODE_MMA_SMEM
+                                      : prefill ? MLA__FQ_PREFILL_SMEM : 0),
               "%s: smem %d", desc, launch.dynamic_smem);
     cr_expect(launch.dynamic_smem <= 227 * 1024, "%s: smem %d over the 227 KiB limit", desc,
               launch.dynamic_smem);
@@ -103,7 +106,9 @@ Test(fakequant_compile, builders_refuse_bad_specs) {
         {"fakequant_qdq", 2, {3, 1}}, {"fakequant_qdq", 2, {0, 0}}, {"fakequant_qdq", 2, {0, 3}},
         {"fakequant_decode", 4, {2, 0, 0, 0}}, {"fakequant_decode", 4, {0, 3, 0, 0}},
         {"fakequant_decode", 4, {0, 0, -1, 0}}, {"fakequant_decode", 4, {0, 0, 0, 3}},
-        {"fakequant_decode", 3, {0, 0, 0}}, {"fakequant_decode_combine", 1, {3}},
+        {"fakequant_decode", 3, {0, 0, 0}}, {"fakequant_decode_mma", 4, {2, 0, 0, 0}},
+        {"fakequant_decode_mma", 4, {0, 0, 3, 0}}, {"fakequant_decode_mma", 3, {0, 0, 0}},
+        {"fakequant_decode_combine", 1, {3}},
         {"fakequant_prefill", 6, {2, 0, 0, 0, 0, 0}}, {"fakequant_prefill", 6, {0, 3, 0, 0, 0, 0}},
         {"fakequant_prefill", 6, {0, 0, 0, 0, 0, 6}}, {"fakequant_prefill", 6, {0, 0, 0, 0, 0, 9}},
         {"fakequant_prefill", 5, {0, 0, 0, 0, 0}},
