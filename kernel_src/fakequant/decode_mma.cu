@@ -140,13 +140,21 @@ __device__ __forceinline__ void chunk_tiles(int s, int splits, int c, int &tps, 
     end = e < nt ? (int)e : nt;
 }
 
+// fp8 codes of two values as a 16-bit pair (from the exact fp16 pair of e4m3x2_f16x2).
+template <bool kF16>
+__device__ __forceinline__ unsigned fp8_code2(float lo, float hi, float sc, float rsc) {
+    const unsigned h = e4m3x2_f16x2(fp8_scaled(lo, sc, rsc), fp8_scaled(hi, sc, rsc));
+    if constexpr (kF16) return h;
+    else return pack2<false>(h2f<true>(h), h2f<true>(h >> 16));
+}
+
 // 8 codes of 8 raw 16-bit values (one chunk) under fp8 with scale sc.
 template <bool kF16>
-__device__ __forceinline__ uint4 fp8_codes8(uint4 v, float sc) {
+__device__ __forceinline__ uint4 fp8_codes8(uint4 v, float sc, float rsc) {
     unsigned w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int i = 0; i < 4; i++)
-        w[i] = pack2<kF16>(fp8_code(h2f<kF16>(w[i]), sc), fp8_code(h2f<kF16>(w[i] >> 16), sc));
+        w[i] = fp8_code2<kF16>(h2f<kF16>(w[i]), h2f<kF16>(w[i] >> 16), sc, rsc);
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
@@ -159,8 +167,8 @@ __device__ __forceinline__ void quantize_tile(const MmaDecodeParams &p, const un
 #pragma unroll
         for (int k = 0; k < kChunks / 8; k++) {
             const unsigned off = swz(lr, lc + 8 * k, kRowB);
-            *reinterpret_cast<uint4 *>(kc + off) =
-                fp8_codes8<kF16>(*reinterpret_cast<const uint4 *>(raw + off), p.k_scale);
+            *reinterpret_cast<uint4 *>(kc + off) = fp8_codes8<kF16>(
+                *reinterpret_cast<const uint4 *>(raw + off), p.k_scale, __frcp_rn(p.k_scale));
         }
     } else if constexpr (kK == kNvfp4) {
         for (int i = tid; i < kTile * (kD / 16); i += kThreads) {
@@ -176,9 +184,11 @@ __device__ __forceinline__ void quantize_tile(const MmaDecodeParams &p, const un
                 bamax = fmaxf(bamax, fmaxf(fabsf(x[2 * e]), fabsf(x[2 * e + 1])));
             }
             const float sc = nvfp4_scale_code(bamax, p.k_scale), sb = __fmul_rn(sc, p.k_scale);
+            const float rsb = __frcp_rn(sb);
 #pragma unroll
             for (int e = 0; e < 8; e++)
-                w[e] = pack2<kF16>(nvfp4_code(x[2 * e], sb, sc), nvfp4_code(x[2 * e + 1], sb, sc));
+                w[e] = pack2<kF16>(nvfp4_code(x[2 * e], sb, sc, rsb),
+                                   nvfp4_code(x[2 * e + 1], sb, sc, rsb));
             *reinterpret_cast<uint4 *>(kc + o0) = make_uint4(w[0], w[1], w[2], w[3]);
             *reinterpret_cast<uint4 *>(kc + o1) = make_uint4(w[4], w[5], w[6], w[7]);
         }
@@ -188,7 +198,8 @@ __device__ __forceinline__ void quantize_tile(const MmaDecodeParams &p, const un
         for (int k = 0; k < kRank / 64; k++) {
             const int c = lc + 8 * k;
             *reinterpret_cast<uint4 *>(vc + swz(lr, c, kVRowB)) = fp8_codes8<kF16>(
-                *reinterpret_cast<const uint4 *>(raw + swz(lr, c, kRowB)), p.v_scale);
+                *reinterpret_cast<const uint4 *>(raw + swz(lr, c, kRowB)), p.v_scale,
+                __frcp_rn(p.v_scale));
         }
     } else if constexpr (kV == kNvfp4) {
         // 16-token groups g of the tile (absolute positions: tiles start at multiples of 32), a
@@ -208,10 +219,11 @@ __device__ __forceinline__ void quantize_tile(const MmaDecodeParams &p, const un
             }
             const float c0 = nvfp4_scale_code(m0, p.v_scale), b0 = __fmul_rn(c0, p.v_scale);
             const float c1 = nvfp4_scale_code(m1, p.v_scale), b1 = __fmul_rn(c1, p.v_scale);
+            const float r0 = __frcp_rn(b0), r1 = __frcp_rn(b1);
 #pragma unroll
             for (int rr = 0; rr < 16; rr++)
                 *reinterpret_cast<unsigned *>(vc + swz(16 * g + rr, c, kVRowB) + wb) =
-                    pack2<kF16>(nvfp4_code(x0[rr], b0, c0), nvfp4_code(x1[rr], b1, c1));
+                    pack2<kF16>(nvfp4_code(x0[rr], b0, c0, r0), nvfp4_code(x1[rr], b1, c1, r1));
         }
     }
 }
@@ -289,6 +301,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(const MmaDecode
     float E[2] = {neg_inf(), neg_inf()}, M[2] = {neg_inf(), neg_inf()};
     float mu[2] = {neg_inf(), neg_inf()}, L[2] = {0.f, 0.f};
     const int r0 = wm * 16 + (lane >> 2);   // this thread's rows r0, r0 + 8 (CTA-local heads)
+    const float rp = __frcp_rn(p.p_scale);
 
     for (int tile = t_begin; tile < t_end; tile++) {
         const int buf = (tile - t_begin) & 1;
@@ -304,18 +317,31 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(const MmaDecode
         const unsigned v_a = kV != kNone ? smem_addr(vc) : raw_a + buf * kRawB;
         constexpr int kVB = kV != kNone ? kVRowB : kRowB;
 
-        // S = Q K^T over the 576 features: 16 rows x 16 keys per warp.
-        float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+        // S = Q K^T over the 576 features: 16 rows x 16 keys per warp, as two chains (even and
+        // odd k-steps, summed at the end) so that consecutive MMAs do not wait on each other.
+        float sc[2][4], sx[2][4];
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) sc[n][e] = sx[n][e] = 0.f;
         const int qr = wm * 16 + (lane & 15);
         const int kr = wn * 16 + (lane & 7) + ((lane >> 4) << 3);
-#pragma unroll 4
-        for (int kk = 0; kk < kD / 16; kk++) {
-            unsigned a[4], bb[4];
+#pragma unroll 2
+        for (int kk = 0; kk < kD / 16; kk += 2) {
+            unsigned a[4], bb[4], a2[4], bb2[4];
             ldmatrix_x4(q_a + swz(qr, 2 * kk + (lane >> 4), kRowB), a);
             ldmatrix_x4(k_a + swz(kr, 2 * kk + ((lane >> 3) & 1), kRowB), bb);
+            ldmatrix_x4(q_a + swz(qr, 2 * kk + 2 + (lane >> 4), kRowB), a2);
+            ldmatrix_x4(k_a + swz(kr, 2 * kk + 2 + ((lane >> 3) & 1), kRowB), bb2);
             mma_m16n8k16<kF16>(sc[0], a, bb[0], bb[1]);
             mma_m16n8k16<kF16>(sc[1], a, bb[2], bb[3]);
+            mma_m16n8k16<kF16>(sx[0], a2, bb2[0], bb2[1]);
+            mma_m16n8k16<kF16>(sx[1], a2, bb2[2], bb2[3]);
         }
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) sc[n][e] += sx[n][e];
         if (need_lo) {   // fp32 q not exact in 16 bits: + (q - hi(q)) K^T
             const float *qf = static_cast<const float *>(p.q) + (long long)b * p.q_stride_b;
             const int ha = h0 + r0, hb = ha + 8, f0 = (lane & 3) * 2;
@@ -388,7 +414,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(const MmaDecode
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int r = r0 + 8 * h;
-            float bsc = 0.f, bsb = 0.f;
+            float bsc = 0.f, bsb = 0.f, brc = 0.f;
             if constexpr (kP == kNvfp4) {   // the row's 16 keys of this warp: one P block
 #pragma unroll
                 for (int n = 0; n < 2; n++)
@@ -398,6 +424,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(const MmaDecode
                                   fmaxf(sc[1][2 * h], sc[1][2 * h + 1]));
                 bam = quad_max(bam);
                 bsc = nvfp4_scale_code(bam, p.p_scale), bsb = __fmul_rn(bsc, p.p_scale);
+                brc = __frcp_rn(bsb);
             }
 #pragma unroll
             for (int n = 0; n < 2; n++) {
@@ -405,9 +432,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(const MmaDecode
                 const unsigned off = pswz(r, 2 * wn + n) + (lane & 3) * 4;
                 unsigned hi;
                 if constexpr (kP == kFp8) {
-                    hi = pack2<kF16>(fp8_code(x0, p.p_scale), fp8_code(x1, p.p_scale));
+                    hi = fp8_code2<kF16>(x0, x1, p.p_scale, rp);
                 } else if constexpr (kP == kNvfp4) {
-                    hi = pack2<kF16>(nvfp4_code(x0, bsb, bsc), nvfp4_code(x1, bsb, bsc));
+                    hi = pack2<kF16>(nvfp4_code(x0, bsb, bsc, brc), nvfp4_code(x1, bsb, bsc, brc));
                 } else {
                     hi = pack2<kF16>(x0, x1);
                     *reinterpret_cast<unsigned *>(smem + kPOff + kPB + off) =
