@@ -28,7 +28,8 @@ namespace fakequant {
 // or overflows, and there every decision taken from it (the E4M3 code after the +-448 clamp, the
 // E2M1 magnitude) is the same: checked for all 16-bit x (bf16 and fp16) against every NVFP4 block
 // scale fl32(e4m3 * amax / 2688) and fp8 scale amax / 448 of 13 amaxes (None, 1e-3 .. 2688),
-// 2.1e8 pairs, and for 1e8 random fp32 p in (2^-31, 1] against 5 fp8 P scales (equal quotients).
+// 2.1e8 pairs, and for 1e8 random fp32 p in (2^-31, 1] against 5 fp8 P scales (equal quotients)
+// (tools/fqtc/codes.c).
 __device__ __forceinline__ float div_rcp(float x, float b, float y) {
     if (!(y < __int_as_float(0x7f800000))) return __fdiv_rn(x, b);
     const float q0 = __fmul_rn(x, y);
@@ -59,7 +60,7 @@ __device__ __forceinline__ float e4m3_rn(float a) {
 }
 
 // quant.cuh's e2m1_mag without the comparison chain, equal to it for every a >= +0 and NaN
-// (checked over all 2^32 bit patterns): below 1 the quantum is 0.5 (rint of 2a, nearest even),
+// (checked over all 2^32 bit patterns, tools/fqtc/codes.c): below 1 the quantum is 0.5 (rint of 2a, nearest even),
 // from 1 to 6 the fp32 significand is rounded to one bit (nearest even), from 6 on (and NaN) 6.
 __device__ __forceinline__ float e2m1_mag_fast(float a) {
     unsigned u = __float_as_uint(a);
