@@ -69,8 +69,10 @@ mla_status mla__fakequant_decode_mma_build(const mla__spec *spec, char *name_exp
     snprintf(text, sizeof text, "mla::fakequant::mmadec::decode_mma_kernel<%s, %lld, %lld, %lld>",
              spec->params[0].value ? "true" : "false", spec->params[1].value,
              spec->params[2].value, spec->params[3].value);
-    return set_launch(spec, name_expr, size, text, MLA__FQ_THREADS, MLA__FQ_DECODE_MMA_SMEM,
-                      launch);
+    MLA_FORWARD_IF_ERROR(set_launch(spec, name_expr, size, text, MLA__FQ_THREADS,
+                                    MLA__FQ_DECODE_MMA_SMEM, launch));
+    launch->cluster = mla__fq_mma_cluster(spec->params[1].value, spec->params[2].value);
+    return MLA_OK;
 }
 
 mla_status mla__fakequant_combine_build(const mla__spec *spec, char *name_expr, size_t size,

@@ -242,9 +242,11 @@ static mla_status launch_decode_mma(mla_runtime *rt, const mla_attention_decode_
     MLA_FORWARD_IF_ERROR(decode_spec(a, d, "fakequant_decode_mma", &spec));
     const mla__kernel *k = NULL;
     MLA_FORWARD_IF_ERROR(mla__get_kernel(rt, &spec, &k));
-    unsigned hb = (unsigned)((d->heads + MLA__FQ_MMA_HEADS - 1) / MLA__FQ_MMA_HEADS);
+    /* head blocks of 64, an even number of them for clusters of 2 */
+    unsigned c = (unsigned)mla__fq_mma_cluster(a->k_qdq, a->v_qdq);
+    unsigned hb = (unsigned)((d->heads + c * MLA__FQ_MMA_HEADS - 1) / (c * MLA__FQ_MMA_HEADS)) * c;
     void *args[] = {&p};
-    return mla__launch(rt, k, (unsigned)slots, hb, (unsigned)d->batch, stream, args);
+    return mla__launch(rt, k, hb, (unsigned)slots, (unsigned)d->batch, stream, args);
 }
 
 static mla_status launch_decode(mla_runtime *rt, const mla_attention_decode_args *a,

@@ -64,6 +64,11 @@ typedef struct mla__fq_decode_params {
 #define MLA__FQ_MMA_HEADS 64
 #define MLA__FQ_MMA_CHUNK_TILES 64
 #define MLA__FQ_DECODE_MMA_SMEM 226304   /* decode_mma.cu kSmemBytes */
+/* With K or V quantized the tensor-core decode runs in clusters of 2 CTAs along x (the two head
+ * blocks of 128 heads share the tile quantization), else 1. */
+static inline int mla__fq_mma_cluster(long long k_qdq, long long v_qdq) {
+    return k_qdq || v_qdq ? 2 : 1;
+}
 
 typedef struct mla__fq_decode_mma_params {
     CUdeviceptr q;

@@ -28,11 +28,14 @@
 // bounds O's magnitude). The CTA's (E, L, O pv_eff) go to slot `chunk` of the workspace and
 // decode.cu's combine merges the slots in order (slots past a request's chunks have l = 0).
 //
-// CTA: 64 heads of one request (grid: slots, ceil(heads / 64), batch), 8 warps; warp w = (wm =
-// w % 4, wn = w / 4) holds S rows [16 wm, +16) x keys [16 wn, +16) of the 32-key tile and O rows
+// CTA: 64 heads of one request and chunk (grid: head blocks, slots, batch), 8 warps; warp w = (wm
+// = w % 4, wn = w / 4) holds S rows [16 wm, +16) x keys [16 wn, +16) of the 32-key tile and O rows
 // [16 wm, +16) x columns [256 wn, +256) (128 fp32 per thread). Row maxima and the final row sums
 // are exchanged between the two warps of a row slab (named barrier 1 + wm, 64 threads); P goes
-// through shared memory (ldmatrix).
+// through shared memory (ldmatrix). With K or V quantized the kernel runs in clusters of 2 along
+// x (heads h0 and h0 + 64; the host pads the head blocks to even): each CTA quantizes half of a
+// tile (K rows and the V group of 16 tokens of its cluster rank) into both CTAs' code tiles, so a
+// tile is quantized once per 128 heads (cluster barriers around it).
 //
 // Shared memory (bytes): Q 64 x 576 16-bit (73728) | raw tiles 2 x 32 x 576 (cp.async double
 // buffer, rows past s zero-filled) | K codes 32 x 576 | V codes 32 x 512 | P hi, P lo 64 x 32 |
@@ -129,6 +132,27 @@ __device__ __forceinline__ void slab_barrier(int wm) {
     asm volatile("bar.sync %0, 64;\n" ::"r"(1 + wm) : "memory");
 }
 
+// The two CTAs of a cluster (head halves h0 and h0 + 64 of one request and chunk): the peer's
+// shared::cluster address of a local shared address, stores there, and the cluster barrier
+// (arrive.release / wait.acquire: the CTAs' shared-memory writes before it are visible after).
+__device__ __forceinline__ unsigned peer_addr(unsigned addr, unsigned rank) {
+    unsigned r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
+}
+__device__ __forceinline__ void st_peer_v4(unsigned addr, uint4 v) {
+    asm volatile("st.shared::cluster.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x),
+                 "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+}
+__device__ __forceinline__ void st_peer_u32(unsigned addr, unsigned v) {
+    asm volatile("st.shared::cluster.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n"
+                 "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
 // Tiles [begin, end) of chunk c of a request of length s and the split length tps (§2.4).
 __device__ __forceinline__ void chunk_tiles(int s, int splits, int c, int &tps, int &begin,
                                             int &end) {
@@ -158,21 +182,27 @@ __device__ __forceinline__ uint4 fp8_codes8(uint4 v, float sc, float rsc) {
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-// Raw tile -> K and V codes (modes other than none).
+// Raw tile -> K and V codes (modes other than none): this CTA (cluster rank `half`) quantizes
+// K rows [16 half, +16) and the V group of 16 tokens `half`, and stores each code both here and
+// at the same place in the peer CTA (kc_peer, vc_peer: its K and V code tiles).
 template <bool kF16, int kK, int kV>
 __device__ __forceinline__ void quantize_tile(const MmaDecodeParams &p, const unsigned char *raw,
-                                              unsigned char *kc, unsigned char *vc) {
-    const int tid = threadIdx.x, lr = tid >> 3, lc = tid & 7;
+                                              unsigned char *kc, unsigned char *vc,
+                                              unsigned kc_peer, unsigned vc_peer, int half) {
+    const int tid = threadIdx.x;
     if constexpr (kK == kFp8) {
-#pragma unroll
-        for (int k = 0; k < kChunks / 8; k++) {
-            const unsigned off = swz(lr, lc + 8 * k, kRowB);
-            *reinterpret_cast<uint4 *>(kc + off) = fp8_codes8<kF16>(
-                *reinterpret_cast<const uint4 *>(raw + off), p.k_scale, __frcp_rn(p.k_scale));
+        const float rk = __frcp_rn(p.k_scale);
+        for (int i = tid; i < 16 * kChunks; i += kThreads) {
+            const int r = 16 * half + i / kChunks, c = i % kChunks;
+            const unsigned off = swz(r, c, kRowB);
+            const uint4 v = fp8_codes8<kF16>(*reinterpret_cast<const uint4 *>(raw + off), p.k_scale, rk);
+            *reinterpret_cast<uint4 *>(kc + off) = v;
+            st_peer_v4(kc_peer + off, v);
         }
     } else if constexpr (kK == kNvfp4) {
-        for (int i = tid; i < kTile * (kD / 16); i += kThreads) {
-            const int r = i / (kD / 16), j = i - r * (kD / 16);
+        const float k6 = __fmul_rn(6.f, p.k_scale), rk6 = __frcp_rn(k6);
+        for (int i = tid; i < 16 * (kD / 16); i += kThreads) {
+            const int r = 16 * half + i / (kD / 16), j = i % (kD / 16);
             const unsigned o0 = swz(r, 2 * j, kRowB), o1 = swz(r, 2 * j + 1, kRowB);
             uint4 a = *reinterpret_cast<const uint4 *>(raw + o0);
             uint4 c = *reinterpret_cast<const uint4 *>(raw + o1);
@@ -183,47 +213,63 @@ __device__ __forceinline__ void quantize_tile(const MmaDecodeParams &p, const un
                 x[2 * e] = h2f<kF16>(w[e]), x[2 * e + 1] = h2f<kF16>(w[e] >> 16);
                 bamax = fmaxf(bamax, fmaxf(fabsf(x[2 * e]), fabsf(x[2 * e + 1])));
             }
-            const float sc = nvfp4_scale_code(bamax, p.k_scale), sb = __fmul_rn(sc, p.k_scale);
-            const float rsb = __frcp_rn(sb);
+            const Nvfp4Scale bs = nvfp4_scale(bamax, p.k_scale, k6, rk6);
+            if (nvfp4_fast(bs)) {
 #pragma unroll
-            for (int e = 0; e < 8; e++)
-                w[e] = pack2<kF16>(nvfp4_code(x[2 * e], sb, sc, rsb),
-                                   nvfp4_code(x[2 * e + 1], sb, sc, rsb));
-            *reinterpret_cast<uint4 *>(kc + o0) = make_uint4(w[0], w[1], w[2], w[3]);
-            *reinterpret_cast<uint4 *>(kc + o1) = make_uint4(w[4], w[5], w[6], w[7]);
+                for (int e = 0; e < 8; e++)
+                    w[e] = pack2<kF16>(nvfp4_code_fast(x[2 * e], bs), nvfp4_code_fast(x[2 * e + 1], bs));
+            } else {
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    w[e] = pack2<kF16>(nvfp4_code(x[2 * e], bs), nvfp4_code(x[2 * e + 1], bs));
+            }
+            a = make_uint4(w[0], w[1], w[2], w[3]), c = make_uint4(w[4], w[5], w[6], w[7]);
+            *reinterpret_cast<uint4 *>(kc + o0) = a, *reinterpret_cast<uint4 *>(kc + o1) = c;
+            st_peer_v4(kc_peer + o0, a), st_peer_v4(kc_peer + o1, c);
         }
     }
     if constexpr (kV == kFp8) {
+        const float rv = __frcp_rn(p.v_scale);
 #pragma unroll
-        for (int k = 0; k < kRank / 64; k++) {
-            const int c = lc + 8 * k;
-            *reinterpret_cast<uint4 *>(vc + swz(lr, c, kVRowB)) = fp8_codes8<kF16>(
-                *reinterpret_cast<const uint4 *>(raw + swz(lr, c, kRowB)), p.v_scale,
-                __frcp_rn(p.v_scale));
+        for (int k = 0; k < 16 * (kRank / 8) / kThreads; k++) {
+            const int i = tid + k * kThreads, r = 16 * half + i / (kRank / 8), c = i % (kRank / 8);
+            const unsigned off = swz(r, c, kVRowB);
+            const uint4 v = fp8_codes8<kF16>(*reinterpret_cast<const uint4 *>(raw + swz(r, c, kRowB)),
+                                             p.v_scale, rv);
+            *reinterpret_cast<uint4 *>(vc + off) = v;
+            st_peer_v4(vc_peer + off, v);
         }
     } else if constexpr (kV == kNvfp4) {
-        // 16-token groups g of the tile (absolute positions: tiles start at multiples of 32), a
-        // pair of features per item; tokens >= s were zero-filled, so the open group's scale is
-        // that of its valid tokens (the tail re-quantizes as s grows).
+        // The 16-token group `half` of the tile (absolute positions: tiles start at multiples of
+        // 32), a pair of features per thread; tokens >= s were zero-filled, so the open group's
+        // scale is that of its valid tokens (the tail re-quantizes as s grows).
+        const int fp = tid, c = fp >> 2, wb = (fp & 3) * 4;
+        float x0[16], x1[16], m0 = 0.f, m1 = 0.f;
 #pragma unroll
-        for (int it = 0; it < 2; it++) {
-            const int i = tid + it * kThreads, g = i >> 8, fp = i & 255;
-            const int c = fp >> 2, wb = (fp & 3) * 4;
-            float x0[16], x1[16], m0 = 0.f, m1 = 0.f;
-#pragma unroll
-            for (int rr = 0; rr < 16; rr++) {
-                const unsigned w =
-                    *reinterpret_cast<const unsigned *>(raw + swz(16 * g + rr, c, kRowB) + wb);
-                x0[rr] = h2f<kF16>(w), x1[rr] = h2f<kF16>(w >> 16);
-                m0 = fmaxf(m0, fabsf(x0[rr])), m1 = fmaxf(m1, fabsf(x1[rr]));
-            }
-            const float c0 = nvfp4_scale_code(m0, p.v_scale), b0 = __fmul_rn(c0, p.v_scale);
-            const float c1 = nvfp4_scale_code(m1, p.v_scale), b1 = __fmul_rn(c1, p.v_scale);
-            const float r0 = __frcp_rn(b0), r1 = __frcp_rn(b1);
+        for (int rr = 0; rr < 16; rr++) {
+            const unsigned w =
+                *reinterpret_cast<const unsigned *>(raw + swz(16 * half + rr, c, kRowB) + wb);
+            x0[rr] = h2f<kF16>(w), x1[rr] = h2f<kF16>(w >> 16);
+            m0 = fmaxf(m0, fabsf(x0[rr])), m1 = fmaxf(m1, fabsf(x1[rr]));
+        }
+        const float v6 = __fmul_rn(6.f, p.v_scale), rv6 = __frcp_rn(v6);
+        const Nvfp4Scale s0 = nvfp4_scale(m0, p.v_scale, v6, rv6);
+        const Nvfp4Scale s1 = nvfp4_scale(m1, p.v_scale, v6, rv6);
+        unsigned v[16];
+        if (nvfp4_fast(s0) && nvfp4_fast(s1)) {
 #pragma unroll
             for (int rr = 0; rr < 16; rr++)
-                *reinterpret_cast<unsigned *>(vc + swz(16 * g + rr, c, kVRowB) + wb) =
-                    pack2<kF16>(nvfp4_code(x0[rr], b0, c0, r0), nvfp4_code(x1[rr], b1, c1, r1));
+                v[rr] = pack2<kF16>(nvfp4_code_fast(x0[rr], s0), nvfp4_code_fast(x1[rr], s1));
+        } else {
+#pragma unroll
+            for (int rr = 0; rr < 16; rr++)
+                v[rr] = pack2<kF16>(nvfp4_code(x0[rr], s0), nvfp4_code(x1[rr], s1));
+        }
+#pragma unroll
+        for (int rr = 0; rr < 16; rr++) {
+            const unsigned off = swz(16 * half + rr, c, kVRowB) + wb;
+            *reinterpret_cast<unsigned *>(vc + off) = v[rr];
+            st_peer_u32(vc_peer + off, v[rr]);
         }
     }
 }
@@ -231,7 +277,10 @@ __device__ __forceinline__ void quantize_tile(const MmaDecodeParams &p, const un
 template <bool kF16, int kK, int kV, int kP>
 __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(const MmaDecodeParams p) {
     extern __shared__ __align__(128) unsigned char smem[];
-    const int chunk = blockIdx.x, h0 = blockIdx.y * kHeads, b = blockIdx.z;
+    const int chunk = blockIdx.y, h0 = blockIdx.x * kHeads, b = blockIdx.z;
+    const int half = blockIdx.x & 1;   // the cluster rank (clusters of 2 along x)
+    constexpr bool kQuant = kK != kNone || kV != kNone;
+    constexpr bool kHalfRows = kK != kNone && kV != kNone;   // only rows [16 half, +16) read
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp & 3, wn = warp >> 2;
     const long long cap = (long long)p.max_blocks * p.page_size;
     int s = p.seq_len[b] < 0 ? 0 : p.seq_len[b];
@@ -254,8 +303,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(const MmaDecode
     const unsigned short *cache = static_cast<const unsigned short *>(p.cache);
     const int lr = tid >> 3, lc = tid & 7;   // the loader's row and first chunk
 
-    // Raw tile -> raw buffer buf (cp.async, one group; rows past s zero-filled).
+    // Raw tile -> raw buffer buf (cp.async, one group; rows past s zero-filled; with K and V
+    // both quantized only the rows this CTA quantizes).
     auto load_tile = [&](int tile, int buf) {
+        if (kHalfRows && (lr >> 4) != half) {
+            cp_async_commit();
+            return;
+        }
         const int t = tile * kTile + lr;
         const bool valid = t < s;
         const unsigned short *src = cache;
@@ -302,16 +356,22 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(const MmaDecode
     float mu[2] = {neg_inf(), neg_inf()}, L[2] = {0.f, 0.f};
     const int r0 = wm * 16 + (lane >> 2);   // this thread's rows r0, r0 + 8 (CTA-local heads)
     const float rp = __frcp_rn(p.p_scale);
+    const float p6 = __fmul_rn(6.f, p.p_scale), rp6 = __frcp_rn(p6);
 
+    const unsigned kc_peer = kQuant ? peer_addr(smem_addr(kc), half ^ 1) : 0u;
+    const unsigned vc_peer = kQuant ? peer_addr(smem_addr(vc), half ^ 1) : 0u;
     for (int tile = t_begin; tile < t_end; tile++) {
         const int buf = (tile - t_begin) & 1;
         cp_async_wait<0>();
-        __syncthreads();   // tile landed for all; the previous tile's reads are done
+        // The tile landed for all; the previous tile's reads are done, here and (quantized
+        // modes: the peer writes our code tiles) in the peer; at the first tile the peer runs.
+        if constexpr (kQuant) cluster_sync();
+        else __syncthreads();
         if (tile + 1 < t_end) load_tile(tile + 1, buf ^ 1);
         const unsigned char *raw = smem + kRawOff + buf * kRawB;
-        if constexpr (kK != kNone || kV != kNone) {
-            quantize_tile<kF16, kK, kV>(p, raw, kc, vc);
-            __syncthreads();
+        if constexpr (kQuant) {
+            quantize_tile<kF16, kK, kV>(p, raw, kc, vc, kc_peer, vc_peer, half);
+            cluster_sync();   // both halves of the code tiles, from both CTAs
         }
         const unsigned k_a = kK != kNone ? smem_addr(kc) : raw_a + buf * kRawB;
         const unsigned v_a = kV != kNone ? smem_addr(vc) : raw_a + buf * kRawB;
@@ -414,7 +474,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(const MmaDecode
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int r = r0 + 8 * h;
-            float bsc = 0.f, bsb = 0.f, brc = 0.f;
+            Nvfp4Scale bs = {0.f, 0.f, 0.f};
             if constexpr (kP == kNvfp4) {   // the row's 16 keys of this warp: one P block
 #pragma unroll
                 for (int n = 0; n < 2; n++)
@@ -423,8 +483,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(const MmaDecode
                 float bam = fmaxf(fmaxf(sc[0][2 * h], sc[0][2 * h + 1]),
                                   fmaxf(sc[1][2 * h], sc[1][2 * h + 1]));
                 bam = quad_max(bam);
-                bsc = nvfp4_scale_code(bam, p.p_scale), bsb = __fmul_rn(bsc, p.p_scale);
-                brc = __frcp_rn(bsb);
+                bs = nvfp4_scale(bam, p.p_scale, p6, rp6);
             }
 #pragma unroll
             for (int n = 0; n < 2; n++) {
@@ -434,7 +493,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(const MmaDecode
                 if constexpr (kP == kFp8) {
                     hi = fp8_code2<kF16>(x0, x1, p.p_scale, rp);
                 } else if constexpr (kP == kNvfp4) {
-                    hi = pack2<kF16>(nvfp4_code(x0, bsb, bsc, brc), nvfp4_code(x1, bsb, bsc, brc));
+                    hi = nvfp4_fast(bs) ? pack2<kF16>(nvfp4_code_fast(x0, bs), nvfp4_code_fast(x1, bs))
+                                        : pack2<kF16>(nvfp4_code(x0, bs), nvfp4_code(x1, bs));
                 } else {
                     hi = pack2<kF16>(x0, x1);
                     *reinterpret_cast<unsigned *>(smem + kPOff + kPB + off) =

@@ -5,8 +5,8 @@
 // quant.cuh value up to where the factor is applied:
 //
 //   e4m3(fp8_scaled(x, sc))  = rne_e4m3(clamp(x / sc, +-448))        fp8_qdq(x, sc) = code * sc
-//   nvfp4_scale_code(a, gs)  = rne_e4m3(min(a / (6 gs), 448))        sb = fl32(code * gs)
-//   nvfp4_code(x, sb, sc)    = sign(x) e2m1_mag(|x| / sb) * sc       nvfp4_elem(x, sb) = e2m1 * sb
+//   nvfp4_scale(a, gs).sc    = rne_e4m3(min(a / (6 gs), 448))        sb = fl32(sc * gs)
+//   nvfp4_code(x, scale)     = sign(x) e2m1_mag(|x| / sb) * sc       nvfp4_elem(x, sb) = e2m1 * sb
 //                              (0 when sb == 0)
 // The per-element quotients use a reciprocal of the scale and one correction (div_rcp), the
 // E4M3 rounding the hardware conversion and E2M1 a bit operation; each gives quant.cuh's
@@ -68,15 +68,37 @@ __device__ __forceinline__ float e2m1_mag_fast(float a) {
     return a < 1.f ? rintf(a * 2.f) * 0.5f : a < 6.f ? __uint_as_float(u) : 6.f;
 }
 
-__device__ __forceinline__ float nvfp4_scale_code(float bamax, float gs) {
-    return e4m3_rn(fminf(__fdiv_rn(bamax, __fmul_rn(6.f, gs)), kE4M3Max));
+// An NVFP4 block's scale: the code sc = rne_e4m3(min(bamax / (6 gs), 448)) (the quotient from
+// g6 = fl32(6 gs) and r6 = __frcp_rn(g6): decisions checked equal for every 16-bit bamax and the
+// 13 amaxes, tools/fqtc/codes.c), sb = fl32(sc gs) (nvfp4_block_scale's value) and rsb = 1 / sb.
+struct Nvfp4Scale {
+    float sc, sb, rsb;
+};
+__device__ __forceinline__ Nvfp4Scale nvfp4_scale(float bamax, float gs, float g6, float r6) {
+    Nvfp4Scale s;
+    s.sc = e4m3_rn(fminf(div_rcp(bamax, g6, r6), kE4M3Max));
+    s.sb = __fmul_rn(s.sc, gs);
+    s.rsb = __frcp_rn(s.sb);
+    return s;
 }
 
-// sb = __fmul_rn(sc, gs), the dequantized block scale nvfp4_block_scale returns; rsb =
-// __frcp_rn(sb).
-__device__ __forceinline__ float nvfp4_code(float x, float sb, float sc, float rsb) {
-    if (sb == 0.f) return 0.f;
-    float r = e2m1_mag_fast(div_rcp(fabsf(x), sb, rsb)) * sc;   // exact: <= 6 significant bits
+// The block's elements may take nvfp4_code_fast (sb != 0 and 1 / sb finite); else nvfp4_code.
+__device__ __forceinline__ bool nvfp4_fast(const Nvfp4Scale &s) {
+    return s.sb != 0.f && s.rsb < __int_as_float(0x7f800000);
+}
+
+// sign(x) e2m1_mag(|x| / sb) sc, no branch (div_rcp's steps with 1 / sb finite).
+__device__ __forceinline__ float nvfp4_code_fast(float x, const Nvfp4Scale &s) {
+    const float a = fabsf(x), q0 = __fmul_rn(a, s.rsb);
+    const float q1 = __fmaf_rn(__fmaf_rn(-q0, s.sb, a), s.rsb, q0);
+    const float r = e2m1_mag_fast(q0 == __int_as_float(0x7f800000) ? q0 : q1) * s.sc;
+    return x < 0.f ? -r : r;
+}
+
+// The same for any block (sb == 0: 0; 1 / sb infinite: __fdiv_rn).
+__device__ __forceinline__ float nvfp4_code(float x, const Nvfp4Scale &s) {
+    if (s.sb == 0.f) return 0.f;
+    float r = e2m1_mag_fast(div_rcp(fabsf(x), s.sb, s.rsb)) * s.sc;   // exact: <= 6 bits
     return x < 0.f ? -r : r;
 }
 

@@ -6,7 +6,10 @@
  *      clamp, either sign) and E2M1 magnitude as the IEEE quotient for every finite bf16 and
  *      fp16 x against every NVFP4 block scale fl32(e4m3 * amax / 2688) and fp8 scale
  *      amax / 448 of 13 amaxes (None = 2688 / 448 scale 1 included), and the same quotient for
- *      1e8 random fp32 p in (2^-31, 1] against 5 fp8 P scales.
+ *      1e8 random fp32 p in (2^-31, 1] against 5 fp8 P scales;
+ *   3. the NVFP4 block-scale decision rne_e4m3(min(bamax / (6 gs), 448)) through div_rcp with
+ *      y = RN(1 / fl32(6 gs)) equals the IEEE one for every finite 16-bit bamax >= 0 and the
+ *      13 amaxes' gs = amax / 2688.
  * Prints the mismatch counts (all 0 expected). make -C tools/fqtc codes && ./codes */
 #include <math.h>
 #include <stdint.h>
@@ -99,6 +102,20 @@ int main(void) {
     }
     printf("div_rcp, 16-bit x: decisions differ in %ld of %ld\n", bad2, n2);
 
+    long bad4 = 0, n4 = 0;
+    for (size_t a = 0; a < sizeof amaxes / sizeof amaxes[0]; a++) {
+        volatile float am = amaxes[a];
+        float gs = am / 2688.0f, b = 6.0f * gs, y = 1.0f / b;
+        for (int t = 0; t < 2; t++)
+            for (uint32_t u = 0; u < 32768; u++, n4++) {
+                float x = t ? bf16((uint16_t)u) : fp16((uint16_t)u);
+                if (!isfinite(x)) continue;
+                if (f2u(rne_e4m3(fminf(x / b, 448.f))) != f2u(rne_e4m3(fminf(div_rcp(x, b, y), 448.f))))
+                    bad4++;
+            }
+    }
+    printf("div_rcp, block scales: decisions differ in %ld of %ld\n", bad4, n4);
+
     uint64_t s = 88172645463325252ull;
     long bad3 = 0, n3 = 0;
     static const float pam[] = {1.0f, 0.5f, 2.0f, 0.37f, 3.3f};
@@ -112,5 +129,5 @@ int main(void) {
         }
     }
     printf("div_rcp, fp32 p: quotients differ in %ld of %ld\n", bad3, n3);
-    return bad1 || bad2 || bad3;
+    return bad1 || bad2 || bad3 || bad4;
 }
