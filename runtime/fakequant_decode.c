@@ -190,11 +190,12 @@ mla_status mla_attention_decode_shape(const mla_attention_decode_args *args,
     return MLA_OK;
 }
 
-/* The tensor-core decode applies: not forced off ($MLAJIT_FAKEQUANT_DECODE=fp32), the DeepSeek
- * latent shape it is written for, and cache rows it can copy in 16-byte pieces. */
+/* The tensor-core decode applies: not forced off ($MLAJIT_FAKEQUANT_DECODE=fp32), a device with
+ * clusters and the E4M3 conversions (cc 9.0 and later), the DeepSeek latent shape it is written
+ * for, and cache rows it can copy in 16-byte pieces. */
 static int use_mma(const mla_runtime *rt, const mla_attention_decode_args *a, const dims *d) {
     const DLTensor *c = a->latent_cache;
-    return !rt->fakequant_decode_fp32 && d->rank == 512 && d->rope == 64 &&
+    return !rt->fakequant_decode_fp32 && rt->cc >= 90 && d->rank == 512 && d->rope == 64 &&
            mla__data(c) % 16 == 0 && (d->page == 1 || mla__stride(c, 1) % 8 == 0) &&
            mla__stride(c, 0) % 8 == 0;
 }
