@@ -60,6 +60,21 @@ mla_status mla__fakequant_decode_build(const mla__spec *spec, char *name_expr, s
     return set_launch(spec, name_expr, size, text, MLA__FQ_THREADS, MLA__FQ_DECODE_SMEM, launch);
 }
 
+mla_status mla__fakequant_decode_mma_build(const mla__spec *spec, char *name_expr, size_t size,
+                                           mla__launch_info *launch) {
+    static const char *const names[] = {"cache_dtype", "k_qdq", "v_qdq", "p_qdq"};
+    static const long long max[] = {1, 2, 2, 2};
+    MLA_FORWARD_IF_ERROR(check_params(spec, names, max, 4));
+    char text[128];
+    snprintf(text, sizeof text, "mla::fakequant::mmadec::decode_mma_kernel<%s, %lld, %lld, %lld>",
+             spec->params[0].value ? "true" : "false", spec->params[1].value,
+             spec->params[2].value, spec->params[3].value);
+    MLA_FORWARD_IF_ERROR(set_launch(spec, name_expr, size, text, MLA__FQ_THREADS,
+                                    MLA__FQ_DECODE_MMA_SMEM, launch));
+    launch->cluster = mla__fq_mma_cluster(spec->params[1].value, spec->params[2].value);
+    return MLA_OK;
+}
+
 mla_status mla__fakequant_combine_build(const mla__spec *spec, char *name_expr, size_t size,
                                         mla__launch_info *launch) {
     static const char *const names[] = {"out_dtype"};

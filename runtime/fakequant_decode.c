@@ -1,6 +1,8 @@
 /* Fake-quant MLA decode: argument checks (spec §4, with the upstream messages) and dispatch of
  * mla_attention_decode (decode kernel over the fixed splits, then the split combine), and its
- * shape helper. Kernels: kernel_src/fakequant/decode.cu. */
+ * shape helper. Kernels: kernel_src/fakequant/decode_mma.cu (tensor cores, the default where it
+ * applies: rank 512, rope 64, 16-byte cache rows; chunks of splits per CTA) and decode.cu (exact
+ * fp32 FMA, every shape; forced by $MLAJIT_FAKEQUANT_DECODE=fp32), then decode.cu's combine. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -188,6 +190,66 @@ mla_status mla_attention_decode_shape(const mla_attention_decode_args *args,
     return MLA_OK;
 }
 
+/* The tensor-core decode applies: not forced off ($MLAJIT_FAKEQUANT_DECODE=fp32), a device with
+ * clusters and the E4M3 conversions (cc 9.0 and later), the DeepSeek latent shape it is written
+ * for, and cache rows it can copy in 16-byte pieces. */
+static int use_mma(const mla_runtime *rt, const mla_attention_decode_args *a, const dims *d) {
+    const DLTensor *c = a->latent_cache;
+    return !rt->fakequant_decode_fp32 && rt->cc >= 90 && d->rank == 512 && d->rope == 64 &&
+           mla__data(c) % 16 == 0 && (d->page == 1 || mla__stride(c, 1) % 8 == 0) &&
+           mla__stride(c, 0) % 8 == 0;
+}
+
+/* Workspace slots per (request, head) of the tensor-core decode: at most its number of chunks
+ * (decode_mma.cu: G of the S splits of tps tiles, G tps >= 64 tiles, so ceil(tiles / 64) and
+ * <= S) for the longest request the block table holds. */
+static int mma_slots(const dims *d) {
+    long long cap = (long long)d->max_blocks * d->page, tiles = (cap + MLA__FQ_TILE - 1) / MLA__FQ_TILE;
+    long long n = (tiles + MLA__FQ_MMA_CHUNK_TILES - 1) / MLA__FQ_MMA_CHUNK_TILES;
+    return n < 1 ? 1 : n > d->splits ? d->splits : (int)n;
+}
+
+static mla_status decode_spec(const mla_attention_decode_args *a, const dims *d, const char *kind,
+                              mla__spec *spec) {
+    mla__spec_init(spec, kind);
+    MLA_FORWARD_IF_ERROR(mla__spec_add(spec, "cache_dtype", d->cache));
+    MLA_FORWARD_IF_ERROR(mla__spec_add(spec, "k_qdq", a->k_qdq));
+    MLA_FORWARD_IF_ERROR(mla__spec_add(spec, "v_qdq", a->v_qdq));
+    return mla__spec_add(spec, "p_qdq", a->p_qdq);
+}
+
+static mla_status launch_decode_mma(mla_runtime *rt, const mla_attention_decode_args *a,
+                                    const dims *d, int slots, CUstream stream) {
+    CUdeviceptr ws = mla__data(a->workspace);
+    long long rows = (long long)d->batch * d->heads * slots;
+    float qk_scale = (float)((double)a->softmax_scale * LOG2E);
+    float k_scale = mla__fq_scale(a->k_qdq, a->k_qdq_amax);
+    float v_scale = mla__fq_scale(a->v_qdq, a->v_qdq_amax);
+    float p_scale = mla__fq_scale(a->p_qdq, a->p_qdq_amax);
+    mla__fq_decode_mma_params p = {
+        .q = mla__data(a->q), .q_stride_b = mla__stride(a->q, 0), .q_stride_h = mla__stride(a->q, 1),
+        .cache = mla__data(a->latent_cache), .c_stride_block = mla__stride(a->latent_cache, 0),
+        .c_stride_tok = mla__stride(a->latent_cache, 1), .block_table = mla__data(a->block_table),
+        .bt_stride = mla__stride(a->block_table, 0), .seq_len = mla__data(a->b_seq_len),
+        .ws_acc = ws, .ws_ml = ws + mla__fq_ws_ml_offset(rows, d->rank),
+        .batch = d->batch, .heads = d->heads, .page_size = d->page, .max_blocks = d->max_blocks,
+        .splits = d->splits, .slots = slots, .q_fp32 = d->q_fp32,
+        /* the per-tensor factors of the codes, applied to the fp32 products (rounded once) */
+        .qk_eff = (float)((double)qk_scale * k_scale),
+        .pv_eff = (float)((double)p_scale * v_scale),
+        .k_scale = k_scale, .v_scale = v_scale, .p_scale = p_scale,
+    };
+    mla__spec spec;
+    MLA_FORWARD_IF_ERROR(decode_spec(a, d, "fakequant_decode_mma", &spec));
+    const mla__kernel *k = NULL;
+    MLA_FORWARD_IF_ERROR(mla__get_kernel(rt, &spec, &k));
+    /* head blocks of 64, an even number of them for clusters of 2 */
+    unsigned c = (unsigned)mla__fq_mma_cluster(a->k_qdq, a->v_qdq);
+    unsigned hb = (unsigned)((d->heads + c * MLA__FQ_MMA_HEADS - 1) / (c * MLA__FQ_MMA_HEADS)) * c;
+    void *args[] = {&p};
+    return mla__launch(rt, k, hb, (unsigned)slots, (unsigned)d->batch, stream, args);
+}
+
 static mla_status launch_decode(mla_runtime *rt, const mla_attention_decode_args *a,
                                 const dims *d, CUstream stream) {
     CUdeviceptr ws = mla__data(a->workspace);
@@ -206,11 +268,7 @@ static mla_status launch_decode(mla_runtime *rt, const mla_attention_decode_args
         .p_scale = mla__fq_scale(a->p_qdq, a->p_qdq_amax),
     };
     mla__spec spec;
-    mla__spec_init(&spec, "fakequant_decode");
-    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "cache_dtype", d->cache));
-    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "k_qdq", a->k_qdq));
-    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "v_qdq", a->v_qdq));
-    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "p_qdq", a->p_qdq));
+    MLA_FORWARD_IF_ERROR(decode_spec(a, d, "fakequant_decode", &spec));
     const mla__kernel *k = NULL;
     MLA_FORWARD_IF_ERROR(mla__get_kernel(rt, &spec, &k));
     unsigned hb = (unsigned)((d->heads + MLA__FQ_HEADS_PER_CTA - 1) / MLA__FQ_HEADS_PER_CTA);
@@ -218,15 +276,16 @@ static mla_status launch_decode(mla_runtime *rt, const mla_attention_decode_args
     return mla__launch(rt, k, (unsigned)d->splits, hb, (unsigned)d->batch, stream, args);
 }
 
+/* The combine over `slots` partials per (request, head) (splits, or the tensor-core chunks). */
 static mla_status launch_combine(mla_runtime *rt, const mla_attention_decode_args *a,
-                                 const dims *d, CUstream stream) {
+                                 const dims *d, int slots, CUstream stream) {
     CUdeviceptr ws = mla__data(a->workspace);
-    long long rows = (long long)d->batch * d->heads * d->splits;
+    long long rows = (long long)d->batch * d->heads * slots;
     mla__fq_combine_params p = {
         .ws_acc = ws, .ws_ml = ws + mla__fq_ws_ml_offset(rows, d->rank), .out = mla__data(a->out),
         .o_stride_b = mla__stride(a->out, 0), .o_stride_h = mla__stride(a->out, 1),
         .lse = a->return_lse ? mla__data(a->lse) : 0,
-        .batch = d->batch, .heads = d->heads, .rank = d->rank, .splits = d->splits,
+        .batch = d->batch, .heads = d->heads, .rank = d->rank, .splits = slots,
     };
     mla__spec spec;
     mla__spec_init(&spec, "fakequant_decode_combine");
@@ -247,6 +306,11 @@ mla_status mla_attention_decode(mla_runtime *runtime, const mla_attention_decode
     MLA_FORWARD_IF_ERROR(check_table(runtime, args, &d));
     MLA_FORWARD_IF_ERROR(check_outputs(runtime, args, &d));
     MLA_FORWARD_IF_ERROR(mla__runtime_enter(runtime));
+    if (use_mma(runtime, args, &d)) {
+        int slots = mma_slots(&d);
+        MLA_FORWARD_IF_ERROR(launch_decode_mma(runtime, args, &d, slots, stream));
+        return launch_combine(runtime, args, &d, slots, stream);
+    }
     MLA_FORWARD_IF_ERROR(launch_decode(runtime, args, &d, stream));
-    return launch_combine(runtime, args, &d, stream);
+    return launch_combine(runtime, args, &d, d.splits, stream);
 }

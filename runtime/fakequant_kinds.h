@@ -19,6 +19,10 @@ mla_status mla__fakequant_decode_build(const struct mla__spec *spec, char *name_
                                        struct mla__launch_info *launch);
 mla_status mla__fakequant_combine_build(const struct mla__spec *spec, char *name_expr, size_t size,
                                         struct mla__launch_info *launch);
+/* "fakequant_decode_mma" (the same parameters as "fakequant_decode"): the tensor-core decode
+ * (kernel_src/fakequant/decode_mma.cu). runtime/fakequant.c. */
+mla_status mla__fakequant_decode_mma_build(const struct mla__spec *spec, char *name_expr,
+                                           size_t size, struct mla__launch_info *launch);
 /* "fakequant_prefill" (dtype, q_quant, k_quant, p_quant, v_quant, sparsity_m).
  * runtime/fakequant_prefill.c. */
 mla_status mla__fakequant_prefill_build(const struct mla__spec *spec, char *name_expr, size_t size,
@@ -60,6 +64,29 @@ typedef struct mla__fq_decode_params {
     float qk_scale, k_scale, v_scale, p_scale;
 } mla__fq_decode_params;
 
+/* Tensor-core decode (decode_mma.cu): 64 heads per CTA, rank 512 and rope 64 only; one workspace
+ * slot per chunk of at least MLA__FQ_MMA_CHUNK_TILES tiles (kMinChunkTiles). */
+#define MLA__FQ_MMA_HEADS 64
+#define MLA__FQ_MMA_CHUNK_TILES 64
+#define MLA__FQ_DECODE_MMA_SMEM 226304   /* decode_mma.cu kSmemBytes */
+/* With K or V quantized the tensor-core decode runs in clusters of 2 CTAs along x (the two head
+ * blocks of 128 heads share the tile quantization), else 1. */
+static inline int mla__fq_mma_cluster(long long k_qdq, long long v_qdq) {
+    return k_qdq || v_qdq ? 2 : 1;
+}
+
+typedef struct mla__fq_decode_mma_params {
+    CUdeviceptr q;
+    long long q_stride_b, q_stride_h;
+    CUdeviceptr cache;
+    long long c_stride_block, c_stride_tok;
+    CUdeviceptr block_table;
+    long long bt_stride;
+    CUdeviceptr seq_len, ws_acc, ws_ml;
+    int batch, heads, page_size, max_blocks, splits, slots, q_fp32;
+    float qk_eff, pv_eff, k_scale, v_scale, p_scale;
+} mla__fq_decode_mma_params;
+
 typedef struct mla__fq_combine_params {
     CUdeviceptr ws_acc, ws_ml, out;
     long long o_stride_b, o_stride_h;
@@ -69,6 +96,7 @@ typedef struct mla__fq_combine_params {
 
 _Static_assert(sizeof(mla__fq_decode_params) == 136, "mirror of DecodeParams");
 _Static_assert(sizeof(mla__fq_combine_params) == 64, "mirror of CombineParams");
+_Static_assert(sizeof(mla__fq_decode_mma_params) == 136, "mirror of MmaDecodeParams");
 
 /* Prefill (kernel_src/fakequant/prefill.cu): 8 warps, one query row each; smem kPfSmemBytes. */
 #define MLA__FQ_PREFILL_ROWS 8

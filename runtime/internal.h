@@ -304,6 +304,8 @@ struct mla_runtime {
                                        fake-quant prefill runs the fp32 kernel everywhere */
     int fakequant_prefill_warps;    /* "mma4", "mma8", "mma32": the tensor-core prefill's CTA, */
     int fakequant_prefill_rows;     /* warps and rows per warp (4/16, 8/16, 4/32); 0: default */
+    int fakequant_decode_fp32;     /* $MLAJIT_FAKEQUANT_DECODE was "fp32" at create: the fake-quant
+                                      decode runs decode.cu, not the tensor-core decode_mma.cu */
     pthread_mutex_t lock;          /* guards the table */
     pthread_mutex_t sources_lock;  /* guards sources */
     mla__table_slot *table;        /* open addressing, capacity a power of two */

@@ -154,6 +154,17 @@ static void resolve_fakequant_prefill(mla_runtime *rt) {
                  "\"mma8\", \"mma32\" or unset, got \"%s\": ignored", v);
 }
 
+/* $MLAJIT_FAKEQUANT_DECODE, read here once: "fp32" forces the fake-quant decode's exact fp32 FMA
+ * kernel (fakequant/decode.cu) where the tensor-core one would run; other values are ignored with
+ * a warning. */
+static void resolve_fakequant_decode(mla_runtime *rt) {
+    const char *v = env("MLAJIT_FAKEQUANT_DECODE");
+    rt->fakequant_decode_fp32 = v && !strcmp(v, "fp32");
+    if (v && !rt->fakequant_decode_fp32)
+        mla__log(rt, MLA_LOG_WARN, "MLAJIT_FAKEQUANT_DECODE: expected \"fp32\" or unset, got "
+                 "\"%s\": ignored", v);
+}
+
 /* Copies the options and resolves what they leave to the environment. */
 static mla_status apply_options(mla_runtime *rt, const mla_options *options) {
     mla_options_init(&rt->options);
@@ -179,6 +190,7 @@ static mla_status apply_options(mla_runtime *rt, const mla_options *options) {
     resolve_cuda_home(rt);
     resolve_flashmla_decode(rt);
     resolve_fakequant_prefill(rt);
+    resolve_fakequant_decode(rt);
     return MLA_OK;
 }
 

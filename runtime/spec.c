@@ -46,6 +46,8 @@ static const mla__kernel_kind kinds[] = {
     {"fakequant_qdq", "fakequant/qdq.cu", fakequant_qdq_params, mla__fakequant_qdq_build},
     {"fakequant_decode", "fakequant/decode.cu", fakequant_decode_params,
      mla__fakequant_decode_build},
+    {"fakequant_decode_mma", "fakequant/decode_mma.cu", fakequant_decode_params,
+     mla__fakequant_decode_mma_build},
     {"fakequant_decode_combine", "fakequant/decode.cu", fakequant_combine_params,
      mla__fakequant_combine_build},
     {"fakequant_prefill", "fakequant/prefill.cu", fakequant_prefill_params,

@@ -1,5 +1,5 @@
 /* Compile tests of the fake-quant kernels: every specialization (qdq for in_dtype x mode; decode
- * for cache_dtype x k_qdq x v_qdq x p_qdq; the combine for each out_dtype) and a covering set of
+ * and the tensor-core decode_mma for cache_dtype x k_qdq x v_qdq x p_qdq; the combine for each out_dtype) and a covering set of
  * the prefill's (dtype x q/k/p/v quant x sparsity_m: every value of every parameter, each mode
  * beside each other mode and each sparsity, the GPU tests' specs among them; for the tensor-core
  * prefill the same set over its head dims, every dqk and every dv) compiles with NVRTC
@@ -23,7 +23,7 @@ typedef struct compile_case {
 } compile_case;
 
 #define N_PREFILL 12
-#define N_PER_ARCH (6 + 54 + 3 + 2 * N_PREFILL + 6)
+#define N_PER_ARCH (6 + 2 * 54 + 3 + 2 * N_PREFILL + 6)
 static compile_case cases[2 * N_PER_ARCH];
 
 static compile_case *add_case(int *n, const char *arch, const char *kernel, int count, int v0,
@@ -54,7 +54,9 @@ static void fill_cases(void) {
             for (int k = 0; k < 3; k++)
                 for (int v = 0; v < 3; v++)
                     for (int p = 0; p < 3; p++)
-                        add_case(&n, archs[a], "fakequant_decode", 4, c, k, v, p);
+                        for (int mma = 0; mma < 2; mma++)
+                            add_case(&n, archs[a], mma ? "fakequant_decode_mma" : "fakequant_decode",
+                                     4, c, k, v, p);
         for (int o = 0; o < 3; o++) add_case(&n, archs[a], "fakequant_decode_combine", 1, o, 0, 0, 0);
         for (int i = 0; i < N_PREFILL; i++) {
             const int *v = prefill_specs[i];
@@ -117,14 +119,18 @@ ParameterizedTest(compile_case *c, fakequant_compile, every_spec) {
     cr_assert(kind->build(&spec, name_expr, sizeof name_expr, &launch) == MLA_OK, "%s: build",
               desc);
     int decode = !strcmp(c->kernel, "fakequant_decode");
+    int decode_mma = !strcmp(c->kernel, "fakequant_decode_mma");
     int prefill = !strcmp(c->kernel, "fakequant_prefill");
-    int mma = !strcmp(c->kernel, "fakequant_prefill_mma");
-    cr_expect(launch.threads == (mma ? c->v[8] * 32
+    int prefill_mma = !strcmp(c->kernel, "fakequant_prefill_mma");
+    cr_expect(launch.threads == (prefill_mma ? c->v[8] * 32
                                  : strcmp(c->kernel, "fakequant_qdq") ? MLA__FQ_THREADS
                                                                       : MLA__FQ_QDQ_THREADS),
               "%s: threads %d", desc, launch.threads);
-    cr_expect(launch.dynamic_smem == (decode ? MLA__FQ_DECODE_SMEM : prefill ? MLA__FQ_PREFILL_SMEM
-                                      : mma ? MLA__FQ_PREFILL_MMA_SMEM(c->v[6], c->v[7], c->v[8], c->v[9])
+    cr_expect(launch.dynamic_smem == (decode ? MLA__FQ_DECODE_SMEM
+                                      : decode_mma ? MLA__FQ_DECODE_MMA_SMEM
+                                      : prefill ? MLA__FQ_PREFILL_SMEM
+                                      : prefill_mma ? MLA__FQ_PREFILL_MMA_SMEM(c->v[6], c->v[7],
+                                                                               c->v[8], c->v[9])
                                       : 0),
               "%s: smem %d", desc, launch.dynamic_smem);
     cr_expect(launch.dynamic_smem <= 227 * 1024, "%s: smem %d over the 227 KiB limit", desc,
@@ -137,7 +143,9 @@ Test(fakequant_compile, builders_refuse_bad_specs) {
         {"fakequant_qdq", 2, {3, 1}}, {"fakequant_qdq", 2, {0, 0}}, {"fakequant_qdq", 2, {0, 3}},
         {"fakequant_decode", 4, {2, 0, 0, 0}}, {"fakequant_decode", 4, {0, 3, 0, 0}},
         {"fakequant_decode", 4, {0, 0, -1, 0}}, {"fakequant_decode", 4, {0, 0, 0, 3}},
-        {"fakequant_decode", 3, {0, 0, 0}}, {"fakequant_decode_combine", 1, {3}},
+        {"fakequant_decode", 3, {0, 0, 0}}, {"fakequant_decode_mma", 4, {2, 0, 0, 0}},
+        {"fakequant_decode_mma", 4, {0, 0, 3, 0}}, {"fakequant_decode_mma", 3, {0, 0, 0}},
+        {"fakequant_decode_combine", 1, {3}},
         {"fakequant_prefill", 6, {2, 0, 0, 0, 0, 0}}, {"fakequant_prefill", 6, {0, 3, 0, 0, 0, 0}},
         {"fakequant_prefill", 6, {0, 0, 0, 0, 0, 6}}, {"fakequant_prefill", 6, {0, 0, 0, 0, 0, 9}},
         {"fakequant_prefill", 5, {0, 0, 0, 0, 0}},

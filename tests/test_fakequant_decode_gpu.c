@@ -2,10 +2,14 @@
  * schedule (tests/ref/fakequant_ref.c), with the tolerances of spec/fakequant.md §5: no quant
  * [5e-3], quantized modes and their mixes [rtol 5e-3, atol 2e-2], the full recipe with an fp32
  * NVFP4 q carrier [the same, and cos > 0.98 vs dense on q of unit variance]. Lengths 200/7/64/0
- * and ones off the 16-grid (the open V tail), pages 16/32/64 in shuffled order, splits 1/3/32,
- * H = 2, every out dtype. Properties: the result of a request does not depend on the page size or
- * on its batch mates (bit for bit), and num_kv_splits never changes a no-quant result beyond fp32
- * rounding. Reproduce a failure with MLAJIT_TEST_SEED=<seed from the message>. */
+ * and ones off the 16-grid (the open V tail), 2100..4500 (several CTA chunks of the tensor-core
+ * decode), pages 16/32/64 in shuffled order, splits 1/3/32, H = 2 and 80, every out dtype.
+ * Properties: the result of a request does not depend on the page size or on its batch mates (bit
+ * for bit), and num_kv_splits never changes a no-quant result beyond fp32 rounding. Every test runs on both decode kernels: the tensor-core one (fakequant/decode_mma.cu,
+ * the default for these shapes; "[mma]" in messages) and the exact fp32 one through a second
+ * runtime created with MLAJIT_FAKEQUANT_DECODE=fp32 ("[fp32]"; read at runtime creation only);
+ * after each run the runtime's kernel table must hold that kernel's kind and not the other's.
+ * Reproduce a failure with MLAJIT_TEST_SEED=<seed from the message>. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <math.h>
@@ -13,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/internal.h"
 #include "util/fakequant_case.h"
 
 enum { N0 = MLA_QDQ_NONE, F8 = MLA_QDQ_FP8, F4 = MLA_QDQ_NVFP4 };
@@ -34,21 +39,60 @@ static mlt_fq_case sweep[] = {
     {"bf16 k nvfp4 + v fp8 + p fp8 out fp16", 0, 0, 2, 8, {200, 50}, 32, 4, F4, F8, F8, 0, 0, 0, 2, 1},
     {"bf16 all nvfp4 q fp32", 0, 1, 2, 16, {256, 100}, 64, 32, F4, F4, F4, 0, 0, 0, 0, 1},
     {"fp16 all fp8 amax p 0.5", 1, 0, 2, 8, {256, 100}, 16, 8, F8, F8, F8, 1.0f, 1.0f, 0.5f, 0, 0},
+    /* longer than one chunk of the tensor-core decode (>= 64 tiles: 3 and 1 chunks, 2 and 1), and
+     * more heads than one of its CTAs (64) */
+    {"bf16 v nvfp4 + p nvfp4 lens 4500/2100", 0, 0, 2, 8, {4500, 2100}, 64, 32, N0, F4, F4, 0, 0,
+     0, 0, 1},
+    {"fp16 none lens 3000/129 out fp32", 1, 0, 2, 4, {3000, 129}, 32, 32, N0, N0, N0, 0, 0, 0, 3, 1},
+    {"bf16 k fp8 H80", 0, 0, 1, 80, {150}, 16, 32, F8, N0, N0, 0, 0, 0, 0, 1},
 };
 
 ParameterizedTestParameters(fakequant_decode_gpu, sweep) {
     return cr_make_param_array(mlt_fq_case, sweep, sizeof sweep / sizeof sweep[0]);
 }
 
-static mla_runtime *gpu_or_skip(void) {
+/* The two decode kernels: [0] the default runtime's, [1] $MLAJIT_FAKEQUANT_DECODE=fp32's. */
+enum { N_KERNELS = 2 };
+static const char *const kinds[N_KERNELS] = {"fakequant_decode_mma", "fakequant_decode"};
+static const char *const tags[N_KERNELS] = {"[mma]", "[fp32]"};
+
+/* A GPU runtime for kernel `which` (MLAJIT_FAKEQUANT_DECODE unset or "fp32" at its creation, then
+ * restored); skips the test without a GPU. */
+static mla_runtime *gpu_or_skip(int which) {
+    static const char name[] = "MLAJIT_FAKEQUANT_DECODE";
+    const char *old = getenv(name);
+    char *saved = old ? strdup(old) : NULL;
+    cr_assert(!old || saved, "out of host memory");
+    cr_assert((which ? setenv(name, "fp32", 1) : unsetenv(name)) == 0, "set %s", name);
     mla_runtime *rt = NULL;
-    if (!mlt_gpu_runtime(&rt)) cr_skip_test("no GPU");
+    int ok = mlt_gpu_runtime(&rt);
+    cr_assert((saved ? setenv(name, saved, 1) : unsetenv(name)) == 0, "restore %s", name);
+    free(saved);
+    if (!ok) cr_skip_test("no GPU");
+    cr_assert(rt->fakequant_decode_fp32 == which, "%s: the runtime's fakequant_decode_fp32 is %d",
+              tags[which], rt->fakequant_decode_fp32);
     return rt;
+}
+
+/* Kernels of kind loaded in rt (its kernel table). */
+static int loaded_of_kind(const mla_runtime *rt, const char *kind) {
+    int n = 0;
+    for (size_t i = 0; i < rt->table_cap; i++)
+        if (rt->table[i].kernel && !strcmp(rt->table[i].spec.kernel, kind)) n++;
+    return n;
+}
+
+/* The decodes rt ran were of kernel `which` only. */
+static void assert_kind(const mla_runtime *rt, int which, const char *name) {
+    int want = loaded_of_kind(rt, kinds[which]), other = loaded_of_kind(rt, kinds[!which]);
+    cr_assert(want >= 1 && other == 0, "%s %s: expected the decode to run %s only, the runtime "
+              "loaded %d %s and %d %s kernels", name, tags[which], kinds[which], want,
+              kinds[which], other, kinds[!which]);
 }
 
 /* Compares request i's device result with its oracle; atol/rtol on out, 1e-3 on lse. */
 static void expect_oracle(const mlt_fq_case *c, const mlt_fq_run *r, int i, double atol,
-                          double rtol, uint64_t seed) {
+                          double rtol, uint64_t seed, const char *tag) {
     size_t nh = (size_t)c->heads, n = nh * r->rank;
     double *out = malloc(n * sizeof *out), *lse = malloc(nh * sizeof *lse);
     cr_assert(out && lse && mlt_fq_oracle(c, r, i, out, lse) == 0, "%s seed %llu: oracle", c->name,
@@ -58,31 +102,34 @@ static void expect_oracle(const mlt_fq_case *c, const mlt_fq_run *r, int i, doub
     for (size_t j = 0; j < n && bad < 5; j++)
         if (!(fabs(got[j] - out[j]) <= atol + rtol * fabs(out[j]))) {
             bad++;
-            cr_expect(0, "%s seed %llu: request %d (len %d) head %zu col %zu: got %.6g, oracle %.6g",
-                      c->name, (unsigned long long)seed, i, c->lens[i], j / r->rank, j % r->rank,
-                      got[j], out[j]);
+            cr_expect(0, "%s %s seed %llu: request %d (len %d) head %zu col %zu: got %.6g, oracle "
+                      "%.6g", c->name, tag, (unsigned long long)seed, i, c->lens[i], j / r->rank,
+                      j % r->rank, got[j], out[j]);
         }
     for (size_t h = 0; h < nh; h++) {
         int ok = isinf(lse[h]) ? gl[h] == lse[h] : fabs(gl[h] - lse[h]) <= 1e-3 + 1e-5 * fabs(lse[h]);
-        cr_expect(ok, "%s seed %llu: request %d head %zu: lse %.7g, oracle %.7g", c->name,
+        cr_expect(ok, "%s %s seed %llu: request %d head %zu: lse %.7g, oracle %.7g", c->name, tag,
                   (unsigned long long)seed, i, h, gl[h], lse[h]);
     }
     free(out), free(lse);
 }
 
 ParameterizedTest(mlt_fq_case *c, fakequant_decode_gpu, sweep) {
-    mla_runtime *rt = gpu_or_skip();
     uint64_t seed = mlt_seed();
     char msg[512];
-    mlt_fq_run r;
-    cr_assert(mlt_fq_make(c, seed, 4.0, &r, msg, sizeof msg) == 0, "%s: %s", c->name, msg);
-    cr_assert(mlt_fq_device(rt, c, seed, &r, msg, sizeof msg) == 0, "%s seed %llu: %s", c->name,
-              (unsigned long long)seed, msg);
     int quant = c->k || c->v || c->p;
-    for (int i = 0; i < c->batch; i++)
-        expect_oracle(c, &r, i, quant ? 2e-2 : 5e-3, 5e-3, seed);
-    mlt_fq_free(&r);
-    mla_runtime_destroy(rt);
+    for (int kd = 0; kd < N_KERNELS; kd++) {
+        mla_runtime *rt = gpu_or_skip(kd);
+        mlt_fq_run r;
+        cr_assert(mlt_fq_make(c, seed, 4.0, &r, msg, sizeof msg) == 0, "%s: %s", c->name, msg);
+        cr_assert(mlt_fq_device(rt, c, seed, &r, msg, sizeof msg) == 0, "%s %s seed %llu: %s",
+                  c->name, tags[kd], (unsigned long long)seed, msg);
+        assert_kind(rt, kd, c->name);
+        for (int i = 0; i < c->batch; i++)
+            expect_oracle(c, &r, i, quant ? 2e-2 : 5e-3, 5e-3, seed, tags[kd]);
+        mlt_fq_free(&r);
+        mla_runtime_destroy(rt);
+    }
 }
 
 /* The full recipe: against its oracle [rtol 5e-3, atol 2e-2], and cosine similarity > 0.98 vs
@@ -91,7 +138,6 @@ ParameterizedTest(mlt_fq_case *c, fakequant_decode_gpu, sweep) {
  * sweep's amplitude 4 the oracle itself gives 0.972..0.984, so the 0.98 bound would test the data,
  * not the kernel. */
 Test(fakequant_decode_gpu, full_recipe_close_to_dense) {
-    mla_runtime *rt = gpu_or_skip();
     uint64_t seed = mlt_seed();
     char msg[512];
     const double amp = sqrt(3.0);
@@ -99,81 +145,94 @@ Test(fakequant_decode_gpu, full_recipe_close_to_dense) {
     mlt_fq_case dense = c;
     dense.q_fp32 = 0, dense.k = dense.v = dense.p = N0;
     snprintf(dense.name, sizeof dense.name, "dense");
-    mlt_fq_run r, rd;
-    cr_assert(mlt_fq_make(&c, seed, amp, &r, msg, sizeof msg) == 0, "%s", msg);
-    cr_assert(mlt_fq_make(&dense, seed, amp, &rd, msg, sizeof msg) == 0, "%s", msg);
-    cr_assert(mlt_fq_device(rt, &c, seed, &r, msg, sizeof msg) == 0, "full recipe seed %llu: %s",
-              (unsigned long long)seed, msg);
-    size_t n = (size_t)c.heads * r.rank;
-    double *out = malloc(n * sizeof *out), *lse = malloc((size_t)c.heads * sizeof *lse);
-    cr_assert(out && lse, "host memory");
-    for (int i = 0; i < c.batch; i++) {
-        expect_oracle(&c, &r, i, 2e-2, 5e-3, seed);
-        cr_assert(mlt_fq_oracle(&dense, &rd, i, out, lse) == 0, "dense oracle");
-        double dot = 0, na = 0, nb = 0, diff = 0;
-        for (size_t j = 0; j < n; j++) {
-            double a = r.out[(size_t)i * n + j];
-            dot += a * out[j], na += a * a, nb += out[j] * out[j], diff += fabs(a - out[j]);
+    for (int kd = 0; kd < N_KERNELS; kd++) {
+        mla_runtime *rt = gpu_or_skip(kd);
+        mlt_fq_run r, rd;
+        cr_assert(mlt_fq_make(&c, seed, amp, &r, msg, sizeof msg) == 0, "%s", msg);
+        cr_assert(mlt_fq_make(&dense, seed, amp, &rd, msg, sizeof msg) == 0, "%s", msg);
+        cr_assert(mlt_fq_device(rt, &c, seed, &r, msg, sizeof msg) == 0, "full recipe %s seed "
+                  "%llu: %s", tags[kd], (unsigned long long)seed, msg);
+        assert_kind(rt, kd, c.name);
+        size_t n = (size_t)c.heads * r.rank;
+        double *out = malloc(n * sizeof *out), *lse = malloc((size_t)c.heads * sizeof *lse);
+        cr_assert(out && lse, "host memory");
+        for (int i = 0; i < c.batch; i++) {
+            expect_oracle(&c, &r, i, 2e-2, 5e-3, seed, tags[kd]);
+            cr_assert(mlt_fq_oracle(&dense, &rd, i, out, lse) == 0, "dense oracle");
+            double dot = 0, na = 0, nb = 0, diff = 0;
+            for (size_t j = 0; j < n; j++) {
+                double a = r.out[(size_t)i * n + j];
+                dot += a * out[j], na += a * a, nb += out[j] * out[j], diff += fabs(a - out[j]);
+            }
+            double cosine = dot / sqrt(na * nb);
+            cr_expect(cosine > 0.98, "full recipe %s seed %llu request %d: cos %.5f vs dense <= "
+                      "0.98", tags[kd], (unsigned long long)seed, i, cosine);
+            cr_expect(diff > 0, "full recipe %s seed %llu request %d: identical to dense "
+                      "(quantization had no effect)", tags[kd], (unsigned long long)seed, i);
         }
-        double cosine = dot / sqrt(na * nb);
-        cr_expect(cosine > 0.98, "full recipe seed %llu request %d: cos %.5f vs dense <= 0.98",
-                  (unsigned long long)seed, i, cosine);
-        cr_expect(diff > 0, "full recipe seed %llu request %d: identical to dense (quantization "
-                  "had no effect)", (unsigned long long)seed, i);
+        free(out), free(lse);
+        mlt_fq_free(&r), mlt_fq_free(&rd);
+        mla_runtime_destroy(rt);
     }
-    free(out), free(lse);
-    mlt_fq_free(&r), mlt_fq_free(&rd);
-    mla_runtime_destroy(rt);
 }
 
 /* Request 0 alone with page 64 vs in a batch of three with page 16: bit-identical out and lse. */
 Test(fakequant_decode_gpu, invariant_to_page_size_and_batch) {
-    mla_runtime *rt = gpu_or_skip();
     uint64_t seed = mlt_seed();
     char msg[512];
     mlt_fq_case a = {"alone p64", 0, 0, 1, 8, {173}, 64, 32, F4, F4, F4, 0, 0, 0, 0, 1};
     mlt_fq_case b = {"batched p16", 0, 0, 3, 8, {173, 250, 3}, 16, 32, F4, F4, F4, 0, 0, 0, 0, 1};
-    mlt_fq_run ra, rb;
-    cr_assert(mlt_fq_make(&b, seed, 4.0, &rb, msg, sizeof msg) == 0, "%s", msg);
-    cr_assert(mlt_fq_make(&a, seed, 4.0, &ra, msg, sizeof msg) == 0, "%s", msg);
-    /* request 0 of b is a's only request: copy its data */
-    memcpy(ra.q, rb.q, (size_t)8 * ra.D * sizeof *ra.q);
-    ra.max_len = 173;
-    for (int t = 0; t < 173; t++)
-        memcpy(ra.kv + (size_t)t * ra.D, rb.kv + (size_t)t * rb.D, (size_t)rb.D * sizeof *rb.kv);
-    cr_assert(mlt_fq_device(rt, &a, seed, &ra, msg, sizeof msg) == 0, "alone seed %llu: %s",
-              (unsigned long long)seed, msg);
-    cr_assert(mlt_fq_device(rt, &b, seed, &rb, msg, sizeof msg) == 0, "batched seed %llu: %s",
-              (unsigned long long)seed, msg);
-    size_t n = (size_t)8 * ra.rank;
-    cr_expect(memcmp(ra.out, rb.out, n * sizeof *ra.out) == 0, "seed %llu: request 0 out differs "
-              "between alone/page 64 and batched/page 16", (unsigned long long)seed);
-    cr_expect(memcmp(ra.lse, rb.lse, 8 * sizeof *ra.lse) == 0, "seed %llu: request 0 lse differs",
-              (unsigned long long)seed);
-    expect_oracle(&a, &ra, 0, 2e-2, 5e-3, seed);
-    mlt_fq_free(&ra), mlt_fq_free(&rb);
-    mla_runtime_destroy(rt);
+    for (int kd = 0; kd < N_KERNELS; kd++) {
+        mla_runtime *rt = gpu_or_skip(kd);
+        mlt_fq_run ra, rb;
+        cr_assert(mlt_fq_make(&b, seed, 4.0, &rb, msg, sizeof msg) == 0, "%s", msg);
+        cr_assert(mlt_fq_make(&a, seed, 4.0, &ra, msg, sizeof msg) == 0, "%s", msg);
+        /* request 0 of b is a's only request: copy its data */
+        memcpy(ra.q, rb.q, (size_t)8 * ra.D * sizeof *ra.q);
+        ra.max_len = 173;
+        for (int t = 0; t < 173; t++)
+            memcpy(ra.kv + (size_t)t * ra.D, rb.kv + (size_t)t * rb.D, (size_t)rb.D * sizeof *rb.kv);
+        cr_assert(mlt_fq_device(rt, &a, seed, &ra, msg, sizeof msg) == 0, "alone %s seed %llu: %s",
+                  tags[kd], (unsigned long long)seed, msg);
+        cr_assert(mlt_fq_device(rt, &b, seed, &rb, msg, sizeof msg) == 0, "batched %s seed %llu: "
+                  "%s", tags[kd], (unsigned long long)seed, msg);
+        assert_kind(rt, kd, "invariant_to_page_size_and_batch");
+        size_t n = (size_t)8 * ra.rank;
+        cr_expect(memcmp(ra.out, rb.out, n * sizeof *ra.out) == 0, "%s seed %llu: request 0 out "
+                  "differs between alone/page 64 and batched/page 16", tags[kd],
+                  (unsigned long long)seed);
+        cr_expect(memcmp(ra.lse, rb.lse, 8 * sizeof *ra.lse) == 0, "%s seed %llu: request 0 lse "
+                  "differs", tags[kd], (unsigned long long)seed);
+        expect_oracle(&a, &ra, 0, 2e-2, 5e-3, seed, tags[kd]);
+        mlt_fq_free(&ra), mlt_fq_free(&rb);
+        mla_runtime_destroy(rt);
+    }
 }
 
 /* Without quantization, splits 1 and 32 agree to fp32 rounding (each against the oracle too). */
 Test(fakequant_decode_gpu, splits_only_reorder_no_quant) {
-    mla_runtime *rt = gpu_or_skip();
     uint64_t seed = mlt_seed();
     char msg[512];
     mlt_fq_case c1 = {"no quant splits 1", 0, 0, 1, 8, {700}, 32, 1, N0, N0, N0, 0, 0, 0, 3, 1};
     mlt_fq_case c32 = c1;
     c32.splits = 32;
     snprintf(c32.name, sizeof c32.name, "no quant splits 32");
-    mlt_fq_run r1, r32;
-    cr_assert(mlt_fq_make(&c1, seed, 4.0, &r1, msg, sizeof msg) == 0, "%s", msg);
-    cr_assert(mlt_fq_make(&c32, seed, 4.0, &r32, msg, sizeof msg) == 0, "%s", msg);
-    cr_assert(mlt_fq_device(rt, &c1, seed, &r1, msg, sizeof msg) == 0, "%s: %s", c1.name, msg);
-    cr_assert(mlt_fq_device(rt, &c32, seed, &r32, msg, sizeof msg) == 0, "%s: %s", c32.name, msg);
-    for (size_t j = 0; j < (size_t)8 * r1.rank; j++)
-        cr_assert(fabs(r1.out[j] - r32.out[j]) <= 1e-5 + 1e-4 * fabs(r1.out[j]), "seed %llu: col "
-                  "%zu: splits 1 %.7g vs splits 32 %.7g", (unsigned long long)seed, j, r1.out[j],
-                  r32.out[j]);
-    expect_oracle(&c1, &r1, 0, 5e-3, 5e-3, seed);
-    mlt_fq_free(&r1), mlt_fq_free(&r32);
-    mla_runtime_destroy(rt);
+    for (int kd = 0; kd < N_KERNELS; kd++) {
+        mla_runtime *rt = gpu_or_skip(kd);
+        mlt_fq_run r1, r32;
+        cr_assert(mlt_fq_make(&c1, seed, 4.0, &r1, msg, sizeof msg) == 0, "%s", msg);
+        cr_assert(mlt_fq_make(&c32, seed, 4.0, &r32, msg, sizeof msg) == 0, "%s", msg);
+        cr_assert(mlt_fq_device(rt, &c1, seed, &r1, msg, sizeof msg) == 0, "%s %s: %s", c1.name,
+                  tags[kd], msg);
+        cr_assert(mlt_fq_device(rt, &c32, seed, &r32, msg, sizeof msg) == 0, "%s %s: %s",
+                  c32.name, tags[kd], msg);
+        assert_kind(rt, kd, "splits_only_reorder_no_quant");
+        for (size_t j = 0; j < (size_t)8 * r1.rank; j++)
+            cr_assert(fabs(r1.out[j] - r32.out[j]) <= 1e-5 + 1e-4 * fabs(r1.out[j]), "%s seed %llu: "
+                      "col %zu: splits 1 %.7g vs splits 32 %.7g", tags[kd],
+                      (unsigned long long)seed, j, r1.out[j], r32.out[j]);
+        expect_oracle(&c1, &r1, 0, 5e-3, 5e-3, seed, tags[kd]);
+        mlt_fq_free(&r1), mlt_fq_free(&r32);
+        mla_runtime_destroy(rt);
+    }
 }
