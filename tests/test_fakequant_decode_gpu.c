@@ -45,6 +45,10 @@ static mlt_fq_case sweep[] = {
      0, 0, 1},
     {"fp16 none lens 3000/129 out fp32", 1, 0, 2, 4, {3000, 129}, 32, 32, N0, N0, N0, 0, 0, 0, 3, 1},
     {"bf16 k fp8 H80", 0, 0, 1, 80, {150}, 16, 32, F8, N0, N0, 0, 0, 0, 0, 1},
+    /* a plain float32 q (not the NVFP4 carrier, so not exact in 16 bits): the tensor-core decode
+     * adds the residual product of q - fl16(q) */
+    {"bf16 none q fp32 plain", 0, 2, 2, 16, {300, 45}, 64, 32, N0, N0, N0, 0, 0, 0, 3, 1},
+    {"fp16 k fp8 + p nvfp4 q fp32 plain", 1, 2, 2, 8, {200, 64}, 32, 8, F8, N0, F4, 0, 0, 0, 0, 1},
 };
 
 ParameterizedTestParameters(fakequant_decode_gpu, sweep) {

@@ -40,7 +40,7 @@ int mlt_fq_make(const mlt_fq_case *c, uint64_t seed, double amp, mlt_fq_run *r, 
         double x = amp * (2 * mlt_rng_uniform(&g) - 1);
         r->q[i] = c->q_fp32 ? (double)(float)x : round_elem(c->fp16, x);
     }
-    if (c->q_fp32)   /* the caller's dynamic NVFP4 of q, amax None, kept in fp32 */
+    if (c->q_fp32 == 1)   /* the caller's dynamic NVFP4 of q, amax None, kept in fp32 */
         for (size_t row = 0; row < nq / ROW; row++)
             mlr_fq_qdq_row(MLR_FQ_NVFP4, r->q + row * ROW, ROW, NAN, r->q + row * ROW);
     return 0;

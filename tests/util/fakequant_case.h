@@ -17,7 +17,9 @@
 typedef struct mlt_fq_case {
     char name[80];
     int fp16;          /* cache (and q) float16, else bfloat16 */
-    int q_fp32;        /* q passed as the float32 carrier: nvfp4_qdq(q, None) along features */
+    int q_fp32;        /* q passed as float32: 1 the carrier nvfp4_qdq(q, None) along features,
+                          2 plain float32 values (not 16-bit exact: the tensor-core decode's
+                          residual-q path) */
     int batch, heads;
     int lens[MLT_FQ_MAX_BATCH];
     int page, splits;
