@@ -6,7 +6,7 @@
 //
 // Template parameters (the spec "flashmla_decode_sm90" fixes them):
 //   kKV        0: bf16 q / k_cache / out; 1: fp16 (fp8 stays on the portable kernel)
-//   kPageClass 0: any page size; 1: page_size % 64 == 0 (one block-table lookup per tile)
+//   kPageClass 0: any page size, cp.async loads; 1: page_size % 8 == 0, TMA loads
 //   kCausal    bottom-right causal mask (s_q > 1)
 //
 // CTA: 256 threads = warpgroups 0 and 1 over the same 64 query rows (warp w % 4 of each holds rows
@@ -26,9 +26,12 @@
 // 4-8 by warpgroup 1 after O_R += sP0 V0_R; K1 pieces 0-3 by warpgroup 0 after O_L += sP1 V1_L,
 // pieces 4-8 by warpgroup 1 after O_R += P1 V1_R. Each warpgroup's share of a tile (pieces 0-3,
 // 4-8) completes one mbarrier; the QK product waits for pieces 0-3, then for 4-8. Page class 1
-// (a tile in one page) loads by TMA (one thread, nine 64 x 64 boxes a tile, expect_tx on the
-// mbarrier; a kernel parameter holds the descriptor), and the V rows past the chunk of a partial
-// last tile are zeroed before P V (TMA reads the whole page). Page class 0 loads by cp.async in
+// loads by TMA in boxes of R = min(largest power of two dividing page_size, 64) rows (8 <= R, so
+// that a box starts on a 1024-byte swizzle atom): the threads wt = 2 k R of a warpgroup (which
+// fetched row k R) issue the boxes of rows [k R, k R + R) of the group's pieces, thread 0 posts
+// the group's bytes with expect_tx (a kernel parameter holds the descriptor); the V rows past
+// the chunk of a partial last tile are zeroed before P V (TMA reads whole boxes, and boxes past
+// the chunk read zeros: their block is -1, out of the tensor). Page class 0 loads by cp.async in
 // whole 128-byte lines (zero fill past the chunk, the mbarrier counting 128 cp.async arrivals).
 // The block-table entries of a pair's tiles are read one pair ahead.
 //
@@ -133,8 +136,7 @@ __device__ __forceinline__ RowRef fetch_row(const DecodeParams &p, int req, int 
     const int t = t0 + (wt >> 1);
     RowRef r = {-1, 0};
     if (t < t_stop) {
-        const int tp = kPageClass == 1 ? t0 : t;  // a tile of page class 1 lies in one page
-        const int page = page_of(p, tp);
+        const int page = page_of(p, t);
         r.row = t - page * p.page_size;
         if (page < p.max_blocks) r.blk = p.block_table[(long long)req * p.bt_stride + page];
     }
@@ -179,32 +181,40 @@ __device__ __forceinline__ void load_pieces(const DecodeParams &p, unsigned buf,
 
 // The TMA descriptor of k_cache (page class 1), a kernel parameter: runtime/flashmla_decode.c
 // encodes k_cache as the 4-D tensor (576 columns, h_kv, page, num_blocks), boxes of one 64-column
-// piece of 64 keys, 128-byte swizzle (the tile layout above).
+// piece of tma_box_rows keys, 128-byte swizzle (the tile layout above).
 struct alignas(64) TmaDesc {
     unsigned long long bytes[16];
 };
 
-// Loads pieces [kLo, kHi) of the tile whose first key is (block r0.blk, row r0.row) (thread 0's
-// RowRef; the other threads' rows for cp.async): page class 1 by TMA from one thread, arriving
-// on the group's mbarrier with the bytes expected; else by cp.async from the warpgroup.
+// Rows of a TMA box (page class 1): the largest power of two dividing page_size, at most 64
+// (runtime/flashmla_decode.c encodes the descriptor's box with the same count).
+__device__ __forceinline__ int tma_box_rows(const DecodeParams &p) {
+    return min(p.page_size & -p.page_size, kBlockN);
+}
+
+// Loads pieces [kLo, kHi) of a tile into buf, thread wt holding the RowRef of row wt / 2: page
+// class 1 by TMA, the threads wt = 2 k R issuing the boxes of rows [k R, k R + R) and thread 0
+// posting the group's bytes on its mbarrier (a box that completes before the post leaves the
+// phase open: its arrival is still pending); else by cp.async from the warpgroup.
 template <int kLo, int kHi, int kPageClass>
 __device__ __forceinline__ void load_tile(const DecodeParams &p, const TmaDesc &tk, unsigned buf,
                                           unsigned bars, RowRef r, int g, int wt) {
     if constexpr (kPageClass == 1) {
-        if (wt == 0) {
-            const unsigned bar = bars + (kLo == 0 ? 0 : 8);
-            mbarrier_arrive_expect_tx(bar, (kHi - kLo) * kPieceBytes);
+        const unsigned bar = bars + (kLo == 0 ? 0 : 8);
+        if (wt == 0) mbarrier_arrive_expect_tx(bar, (kHi - kLo) * kPieceBytes);
+        if ((wt & (2 * tma_box_rows(p) - 1)) == 0) {
+            const unsigned dst = buf + (wt >> 1) * 128;  // row wt / 2 of each piece
             const unsigned long long stream = l2_policy_evict_first();  // K is read once or twice
 #pragma unroll
             for (int pc = kLo; pc < kHi; pc++)
-                tma_load_4d(buf + pc * kPieceBytes, &tk, bar, pc * 64, g, r.row, r.blk, stream);
+                tma_load_4d(dst + pc * kPieceBytes, &tk, bar, pc * 64, g, r.row, r.blk, stream);
         }
     } else {
         load_pieces<kLo, kHi>(p, buf, bars, row_src(p, g, r), wt);
     }
 }
 
-// TMA reads whole pages: zeroes the V rows [valid, 64) (pieces 0-7) of the tile in buf, which
+// TMA reads whole boxes: zeroes the V rows [valid, 64) (pieces 0-7) of the tile in buf, which
 // may hold anything (0 P times NaN V would poison O), then makes the zeros visible to wgmma and
 // to the other threads of the warpgroup (named barrier 6 + wg).
 __device__ __forceinline__ void zero_tail_rows(unsigned char *buf, int valid, int wg, int wt) {
