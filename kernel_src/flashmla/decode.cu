@@ -162,13 +162,21 @@ __device__ __forceinline__ void convert_fp8_tile(const unsigned char *stage, uns
 
 // ---- online softmax ---------------------------------------------------------------------------
 
+// The end of the keys [.., t_end) of request (len) that some row of CTA row block m sees.
+template <bool kCausal>
+__device__ __forceinline__ int chunk_key_stop(const DecodeParams &p, int m, int rows, int len,
+                                              int t_end) {
+    if constexpr (!kCausal) return t_end;
+    const int j_last = (min(rows, (m + 1) * kBlockM) - 1) / p.heads_per_kv;
+    return min(t_end, len - p.s_q + j_last + 1);
+}
+
 // Empties the thread's two rows and O, sets the rows' key limits (keys t < limit[h] are visible;
 // causal: each row's own) and returns the end of the keys some row of the CTA sees.
 template <bool kCausal>
 __device__ __forceinline__ int chunk_rows_init(const DecodeParams &p, RowState &st,
                                                float (&o)[32][4], int (&limit)[2], int m,
                                                int rows, int len, int t_end, int wm, int lane) {
-    int t_stop = t_end;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         st.m[h] = -inf_f32(), st.l[h] = 0.f;
@@ -176,13 +184,9 @@ __device__ __forceinline__ int chunk_rows_init(const DecodeParams &p, RowState &
         const int j = (rr < rows ? rr : rows - 1) / p.heads_per_kv;
         limit[h] = kCausal ? min(t_end, len - p.s_q + j + 1) : t_end;
     }
-    if constexpr (kCausal) {
-        const int j_last = (min(rows, (m + 1) * kBlockM) - 1) / p.heads_per_kv;
-        t_stop = min(t_end, len - p.s_q + j_last + 1);
-    }
 #pragma unroll
     for (int jt = 0; jt < 32; jt++) o[jt][0] = o[jt][1] = o[jt][2] = o[jt][3] = 0.f;
-    return t_stop;
+    return chunk_key_stop<kCausal>(p, m, rows, len, t_end);
 }
 
 // Scales S to base-2 logits and masks the keys t0 + col >= limit[row] to -inf.
