@@ -397,7 +397,9 @@ static mla_status launch_decode(mla_runtime *rt, const mla__flashmla_decode_para
     long long q_rows = (long long)d->s_q * (d->h_q / d->h_kv);
     unsigned m_blocks = (unsigned)((q_rows + MLA__FLASHMLA_BLOCK_M - 1) / MLA__FLASHMLA_BLOCK_M);
     void *args[] = {(void *)p, (void *)&map};
-    return mla__launch(rt, k, (unsigned)d->parts, (unsigned)d->h_kv, m_blocks, stream, args);
+    /* Programmatic dependent of the stream's previous kernel: the decode waits for it before
+     * reading anything, so only its launch overlaps that kernel's tail. */
+    return mla__launch_pdl(rt, k, (unsigned)d->parts, (unsigned)d->h_kv, m_blocks, stream, args);
 }
 
 static mla_status launch_combine(mla_runtime *rt, const mla__flashmla_decode_params *dp,

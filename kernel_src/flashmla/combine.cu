@@ -72,6 +72,7 @@ template <bool kOutF16>
 __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const CombineParams p) {
     constexpr int kR = kCombineRowsPerWarp;
     pdl::wait();  // launched as the decode's programmatic dependent
+    pdl::launch_dependents();  // the next decode (itself waiting for this grid) may launch
     const int req = blockIdx.x, lane = threadIdx.x & 31;
     const int slot0 = p.num_splits[req], n = p.num_splits[req + 1] - slot0;
     if (n <= 1 || slot0 < 0 || (long long)slot0 + n > p.split_cap) return;

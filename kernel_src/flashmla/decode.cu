@@ -18,6 +18,10 @@
 // The softmax runs in base 2 (scale_log2 = softmax_scale * log2 e) and lse is returned in
 // natural log. The attention probabilities enter P V as 16-bit values (as in FlashMLA).
 //
+// Launch: a programmatic dependent of the stream's previous kernel (runtime/flashmla_decode.c):
+// a CTA waits for it (pdl::wait) before reading anything, and lets the combine launch at once
+// (the combine waits for this grid before reading its results).
+//
 // Work split: grid (P, h_kv, ceil(s_q * h_q / h_kv / 64)); CTA (part, g, m) takes the 64 query
 // rows [64 m, 64 m + 64) of kv head g (row r = j * (h_q / h_kv) + hg) for every request chunk of
 // sm-part `part` of the schedule (params.cuh). A chunk of a request of one chunk writes out and
@@ -39,6 +43,7 @@
 // KV: double buffer; fp8: one 16-bit tile and two fp8 staging tiles of 36864), P 64 x 64 x 2,
 // row exchange 2 x 64 x 4. 16-bit tiles are XOR-swizzled in 16-byte chunks (chunk ^ (row & 7)).
 
+#include "common/pdl.cuh"
 #include "flashmla/attn_tile.cuh"
 #include "flashmla/params.cuh"
 
@@ -307,6 +312,8 @@ __device__ __forceinline__ void stage_q(const DecodeParams &p, unsigned char *sm
 template <int kKV, int kPageClass, bool kCausal>
 __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams p) {
     extern __shared__ __align__(128) unsigned char smem[];
+    pdl::wait();  // the previous kernel (metadata, the caller's producers of q / k_cache) is done
+    pdl::launch_dependents();
     const int part = blockIdx.x, g = blockIdx.y, m = blockIdx.z;
     const int *rec = p.sched + (long long)part * kRecordInts;
     const int begin_req = rec[kBeginReq], end_req = min(rec[kEndReq], p.b - 1);

@@ -256,6 +256,11 @@ __device__ __forceinline__ void zero_tail_rows(unsigned char *buf, int valid, in
     named_barrier_sync(6 + wg, kWgThreads);
 }
 
+// prefetch.global.L1 of the line holding a (an address inside a live buffer).
+__device__ __forceinline__ void prefetch_l1(const void *a) {
+    asm volatile("prefetch.global.L1 [%0];\n" ::"l"(a));
+}
+
 // Hides v's value from the optimizer, so that descriptor sums derived from it are not hoisted
 // (and kept live in registers) across the unrolled product loops.
 __device__ __forceinline__ void opaque(unsigned long long &v) { asm volatile("" : "+l"(v)); }
@@ -484,6 +489,13 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
         } else {
             const int nt = nx->n_tiles, nreq = nx->req, nt0 = nx->t_begin, nstop = nx->t_stop;
             pre_q = nt >= 0 && nx->new_req;
+            // what the chunk walk reads next (the request after the next chunk's) into L1, so
+            // that it does not wait on L2 at the chunk start
+            if (threadIdx.x == 0 && nt >= 0 && nreq + 1 < p.b) {
+                prefetch_l1(p.seqlens + nreq + 1);
+                prefetch_l1(p.num_splits + nreq + 1);
+                prefetch_l1(p.sched + (long long)blockIdx.x * kRecordInts);
+            }
             load_a = nt > 0, load_b = nt > 1;
             na = fetch_row<kPageClass>(p, max(nreq, 0), nt0, load_a ? nstop : nt0, wt);
             nb = fetch_row<kPageClass>(p, max(nreq, 0), nt0 + kBlockN, load_b ? nstop : nt0, wt);
@@ -648,6 +660,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(
     static_assert(kKV == 0 || kKV == 1, "the sm_90a decode takes 16-bit KV");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+    pdl::wait();  // as decode_kernel: the previous kernel is done before anything is read
+    pdl::launch_dependents();
     const int part = blockIdx.x, g = blockIdx.y, m = blockIdx.z;
     const int *rec = p.sched + (long long)part * kRecordInts;
     const int rows = p.s_q * p.heads_per_kv;
