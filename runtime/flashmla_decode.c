@@ -32,8 +32,9 @@ static mla_status build_decode(const mla__spec *spec, const char *kernel, long l
     MLA_ARG_CHECK(kv >= 0 && kv <= max_kv, "%s: kv_dtype: expected %s, got %lld", spec->kernel,
                   max_kv == MLA__FLASHMLA_KV_FP8 ? "0 (bfloat16), 1 (float16) or 2 (float8_e4m3fn)"
                                                  : "0 (bfloat16) or 1 (float16)", kv);
-    MLA_ARG_CHECK(pc == 0 || pc == 1, "%s: page_class: expected 0 (any page size) or 1 (page "
-                  "size a multiple of 64), got %lld", spec->kernel, pc);
+    MLA_ARG_CHECK(pc == 0 || pc == 1, "%s: page_class: expected 0 (any page size) or 1 (%s), got "
+                  "%lld", spec->kernel, max_kv == MLA__FLASHMLA_KV_FP8 ? "page size a multiple of 64"
+                  : "TMA loads, page size a multiple of 8", pc);
     MLA_ARG_CHECK(c == 0 || c == 1, "%s: causal: expected 0 or 1, got %lld", spec->kernel, c);
     int n = snprintf(name_expr, size, "mla::flashmla::%s<%lld, %lld, %s>", kernel, kv, pc,
                      c ? "true" : "false");
@@ -339,9 +340,17 @@ static void fill_decode_params(const mla_flash_with_kvcache_args *a, const dims 
         if (d->page == 1 << sh) p->page_shift = sh;
 }
 
+/* Rows of a TMA box of the sm_90a kernel (decode_sm90.cu tma_box_rows): the largest power of two
+ * dividing the page size, at most 64. */
+static int tma_box_rows(int page) {
+    int r = page & -page;
+    return r < MLA__FLASHMLA_UNIT_KEYS ? r : MLA__FLASHMLA_UNIT_KEYS;
+}
+
 /* The TMA descriptor of k_cache for the sm_90a kernel's page class 1: k_cache [num_blocks, page,
- * h_kv, 576] as a 4-D tensor (innermost dimension first), boxes of 64 columns x 1 head x 64 keys x
- * 1 page (one 64-column piece of a tile), 128-byte swizzle, out-of-range boxes read as zeros.
+ * h_kv, 576] as a 4-D tensor (innermost dimension first), boxes of 64 columns x 1 head x
+ * tma_box_rows keys x 1 page (one 64-column piece of a tile's rows in one page), 128-byte
+ * swizzle, out-of-range boxes read as zeros.
  * Strides of dimensions of size 1 are free in the tensor and replaced by a valid one. Returns 0
  * when the driver refuses the descriptor (the caller then runs the cp.async path). */
 static int encode_k_tma(mla_runtime *rt, const mla__flashmla_decode_params *p, const dims *d,
@@ -353,7 +362,8 @@ static int encode_k_tma(mla_runtime *rt, const mla__flashmla_decode_params *p, c
                             (cuuint64_t)p->k_stride_block * 2};
     for (int i = 0; i < 3; i++)
         if (dim[i + 1] == 1) stride[i] = row;
-    const cuuint32_t box[4] = {64, 1, 64, 1}, estride[4] = {1, 1, 1, 1};
+    const cuuint32_t box[4] = {64, 1, (cuuint32_t)tma_box_rows(d->page), 1};
+    const cuuint32_t estride[4] = {1, 1, 1, 1};
     CUresult r = rt->drv.cuTensorMapEncodeTiled(
         map, d->kv == MLA__FLASHMLA_KV_FP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                            : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
@@ -372,9 +382,12 @@ static mla_status launch_decode(mla_runtime *rt, const mla__flashmla_decode_para
     const char *kind = mla__flashmla_decode_kind(rt->arch, d->kv,
                                                  rt->flashmla_decode_portable ? "portable" : NULL);
     const int sm90 = !strcmp(kind, "flashmla_decode_sm90");
-    int page_class = d->page % MLA__FLASHMLA_UNIT_KEYS == 0;
-    /* The sm_90a kernel loads page class 1 tiles by TMA (the descriptor is its second
-     * parameter, passed by value, so graph capture keeps it). */
+    /* Portable kernel: page class 1 when a 64-key tile lies in one page. The sm_90a kernel
+     * loads page class 1 tiles by TMA in boxes of at least 8 rows, whose smem destinations then
+     * start on 1024-byte swizzle atoms (the descriptor is its second parameter, passed by value,
+     * so graph capture keeps it); smaller boxes (page sizes not multiples of 8) take cp.async. */
+    int page_class = sm90 ? tma_box_rows(d->page) >= MLA__FLASHMLA_TMA_MIN_ROWS
+                          : d->page % MLA__FLASHMLA_UNIT_KEYS == 0;
     CUtensorMap map;
     memset(&map, 0, sizeof map);
     if (sm90 && page_class == 1 && !encode_k_tma(rt, p, d, &map)) page_class = 0;
@@ -384,7 +397,9 @@ static mla_status launch_decode(mla_runtime *rt, const mla__flashmla_decode_para
     long long q_rows = (long long)d->s_q * (d->h_q / d->h_kv);
     unsigned m_blocks = (unsigned)((q_rows + MLA__FLASHMLA_BLOCK_M - 1) / MLA__FLASHMLA_BLOCK_M);
     void *args[] = {(void *)p, (void *)&map};
-    return mla__launch(rt, k, (unsigned)d->parts, (unsigned)d->h_kv, m_blocks, stream, args);
+    /* Programmatic dependent of the stream's previous kernel: the decode waits for it before
+     * reading anything, so only its launch overlaps that kernel's tail. */
+    return mla__launch_pdl(rt, k, (unsigned)d->parts, (unsigned)d->h_kv, m_blocks, stream, args);
 }
 
 static mla_status launch_combine(mla_runtime *rt, const mla__flashmla_decode_params *dp,

@@ -32,17 +32,20 @@ const char *mla__flashmla_decode_kind(const char *arch, int kv, const char *forc
 
 /* Spec values. */
 enum { MLA__FLASHMLA_KV_BF16 = 0, MLA__FLASHMLA_KV_FP16 = 1, MLA__FLASHMLA_KV_FP8 = 2 };
-enum { MLA__FLASHMLA_PAGE_ANY = 0, MLA__FLASHMLA_PAGE_64X = 1 }; /* page_size % 64 == 0 */
+/* page_class 1: flashmla_decode, page_size % 64 == 0; flashmla_decode_sm90, TMA loads
+ * (page_size % MLA__FLASHMLA_TMA_MIN_ROWS == 0) */
+enum { MLA__FLASHMLA_PAGE_ANY = 0, MLA__FLASHMLA_PAGE_64X = 1 };
 enum { MLA__FLASHMLA_OUT_BF16 = 0, MLA__FLASHMLA_OUT_FP16 = 1 };
 
 #define MLA__FLASHMLA_UNIT_KEYS 64          /* keys per schedule unit and decode tile */
 #define MLA__FLASHMLA_BLOCK_M 64            /* query rows per decode CTA */
+#define MLA__FLASHMLA_TMA_MIN_ROWS 8        /* smallest TMA box (rows) of the sm_90a decode */
 #define MLA__FLASHMLA_METADATA_THREADS 512
 #define MLA__FLASHMLA_DECODE_THREADS 256
 #define MLA__FLASHMLA_DECODE_SMEM 229888    /* decode.cu kSmemBytes */
-#define MLA__FLASHMLA_DECODE_SM90_SMEM 231456 /* decode_sm90.cu kSmemBytes90 */
+#define MLA__FLASHMLA_DECODE_SM90_SMEM 231488 /* decode_sm90.cu kSmemBytes90 */
 #define MLA__FLASHMLA_COMBINE_THREADS 256
-#define MLA__FLASHMLA_COMBINE_ROWS 8        /* rows (warps) per combine CTA */
+#define MLA__FLASHMLA_COMBINE_ROWS 32       /* rows per combine CTA (4 per warp) */
 #define MLA__FLASHMLA_WS_ALIGN 256
 
 /* Workspace layout for `slots` split slots of rows = s_q * h_q rows: o_accum

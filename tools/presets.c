@@ -33,7 +33,8 @@ static const char *const dsv4_flash[] = {
 
 /* FlashMLA-compatible dense decode: the metadata kernel, every decode specialization (kv_dtype 0
  * bf16, 1 fp16, 2 fp8 e4m3; page_class 0 any page size, 1 multiples of 64; causal 0/1), the
- * sm_90a wgmma decode's (bf16/fp16; compiled for sm_90a only, the one target it runs on) and both
+ * sm_90a wgmma decode's (bf16/fp16; page_class 1 TMA loads for multiples of 8; compiled for
+ * sm_90a only, the one target it runs on) and both
  * combine kernels (out_dtype 0 bf16, 1 fp16). */
 static const char *const flashmla_decode[] = {
     "{\"kernel\": \"flashmla_metadata\"}",

@@ -13,8 +13,10 @@
 // (natural log), num_splits [b + 1] int32, out [b, s_q, h_q, 512] (element strides, last
 // contiguous), softmax_lse [b, h_q, s_q] float32 contiguous. Slots >= split_cap are never read.
 //
-// Grid (b, ceil(s_q * h_q / 8)), 256 threads: one warp per row, lane l owns columns
-// [4 l + 128 k, +4) for k < 4 (coalesced float4 reads). Launched as the programmatic dependent
+// Grid (b, ceil(s_q * h_q / 32)), 256 threads: a warp merges 4 consecutive rows together (the
+// loads of all four in flight at once), lane l owning columns [4 l + 128 k, +4) for k < 4
+// (coalesced float4 reads); a CTA of a request that was not split exits after reading
+// num_splits (4x fewer such CTAs than one row per warp). Launched as the programmatic dependent
 // of the decode (runtime/flashmla_decode.c): it waits for the decode before reading anything.
 
 #include <cuda_bf16.h>
@@ -28,7 +30,8 @@ namespace mla {
 namespace flashmla {
 
 constexpr int kCombineThreads = 256;
-constexpr int kCombineRows = kCombineThreads / 32;
+constexpr int kCombineRowsPerWarp = 4;
+constexpr int kCombineRows = kCombineThreads / 32 * kCombineRowsPerWarp;  // rows per CTA
 
 __device__ __forceinline__ float warp_max(float v) {
     for (int d = 16; d > 0; d >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, d));
@@ -67,33 +70,54 @@ __device__ __forceinline__ void store4(void *dst, float4 v) {
 
 template <bool kOutF16>
 __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const CombineParams p) {
+    constexpr int kR = kCombineRowsPerWarp;
     pdl::wait();  // launched as the decode's programmatic dependent
+    pdl::launch_dependents();  // the next decode (itself waiting for this grid) may launch
     const int req = blockIdx.x, lane = threadIdx.x & 31;
-    const long long rows = (long long)p.s_q * p.h_q;
-    const long long row = (long long)blockIdx.y * kCombineRows + (threadIdx.x >> 5);
-    if (row >= rows) return;
     const int slot0 = p.num_splits[req], n = p.num_splits[req + 1] - slot0;
     if (n <= 1 || slot0 < 0 || (long long)slot0 + n > p.split_cap) return;
-    const float lse = merged_lse(p.lse_accum, slot0, n, rows, row);
-    float4 acc[4];
-    for (int k = 0; k < 4; k++) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+    const long long rows = (long long)p.s_q * p.h_q;
+    const long long row0 = (long long)blockIdx.y * kCombineRows + (threadIdx.x >> 5) * kR;
+    if (row0 >= rows) return;
+    const int nr = rows - row0 < kR ? (int)(rows - row0) : kR;  // rows of this warp
+    float lse[kR];
+    float4 acc[kR][4];
+#pragma unroll
+    for (int i = 0; i < kR; i++) {
+        lse[i] = i < nr ? merged_lse(p.lse_accum, slot0, n, rows, row0 + i) : -inf_f32();
+#pragma unroll
+        for (int k = 0; k < 4; k++) acc[i][k] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
     const unsigned long long dead = l2_policy_evict_first();  // partials are read once
-    for (int c = 0; lse != -inf_f32() && c < n; c++) {
-        const long long r = (long long)(slot0 + c) * rows + row;
-        const float w = expf(p.lse_accum[r] - lse);
-        const float *src = p.o_accum + r * 512 + 4 * lane;
-        for (int k = 0; k < 4; k++) {
-            const float4 v = ld_global_v4_hint(src + 128 * k, dead);
-            acc[k].x += w * v.x, acc[k].y += w * v.y, acc[k].z += w * v.z, acc[k].w += w * v.w;
+    for (int c = 0; c < n; c++) {
+#pragma unroll
+        for (int i = 0; i < kR; i++) {
+            if (lse[i] == -inf_f32()) continue;  // also the rows past nr
+            const long long r = (long long)(slot0 + c) * rows + row0 + i;
+            const float w = expf(p.lse_accum[r] - lse[i]);
+            const float *src = p.o_accum + r * 512 + 4 * lane;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const float4 v = ld_global_v4_hint(src + 128 * k, dead);
+                acc[i][k].x += w * v.x, acc[i][k].y += w * v.y;
+                acc[i][k].z += w * v.z, acc[i][k].w += w * v.w;
+            }
         }
     }
-    const int j = (int)(row / p.h_q), h = (int)(row % p.h_q);
-    unsigned char *dst = static_cast<unsigned char *>(p.out) +
-                         ((long long)req * p.o_stride_b + (long long)j * p.o_stride_s +
-                          (long long)h * p.o_stride_h) * 2;
-    for (int k = 0; k < 4; k++) store4<kOutF16>(dst + (128 * k + 4 * lane) * 2, acc[k]);
-    if (lane == 0)
-        p.lse[((long long)req * p.h_q + h) * p.s_q + j] = lse == -inf_f32() ? inf_f32() : lse;
+#pragma unroll
+    for (int i = 0; i < kR; i++) {
+        if (i >= nr) break;
+        const long long row = row0 + i;
+        const int j = (int)(row / p.h_q), h = (int)(row % p.h_q);
+        unsigned char *dst = static_cast<unsigned char *>(p.out) +
+                             ((long long)req * p.o_stride_b + (long long)j * p.o_stride_s +
+                              (long long)h * p.o_stride_h) * 2;
+#pragma unroll
+        for (int k = 0; k < 4; k++) store4<kOutF16>(dst + (128 * k + 4 * lane) * 2, acc[i][k]);
+        if (lane == 0)
+            p.lse[((long long)req * p.h_q + h) * p.s_q + j] =
+                lse[i] == -inf_f32() ? inf_f32() : lse[i];
+    }
 }
 
 }  // namespace flashmla

@@ -18,6 +18,10 @@
 // The softmax runs in base 2 (scale_log2 = softmax_scale * log2 e) and lse is returned in
 // natural log. The attention probabilities enter P V as 16-bit values (as in FlashMLA).
 //
+// Launch: a programmatic dependent of the stream's previous kernel (runtime/flashmla_decode.c):
+// a CTA waits for it (pdl::wait) before reading anything, and lets the combine launch at once
+// (the combine waits for this grid before reading its results).
+//
 // Work split: grid (P, h_kv, ceil(s_q * h_q / h_kv / 64)); CTA (part, g, m) takes the 64 query
 // rows [64 m, 64 m + 64) of kv head g (row r = j * (h_q / h_kv) + hg) for every request chunk of
 // sm-part `part` of the schedule (params.cuh). A chunk of a request of one chunk writes out and
@@ -39,6 +43,7 @@
 // KV: double buffer; fp8: one 16-bit tile and two fp8 staging tiles of 36864), P 64 x 64 x 2,
 // row exchange 2 x 64 x 4. 16-bit tiles are XOR-swizzled in 16-byte chunks (chunk ^ (row & 7)).
 
+#include "common/pdl.cuh"
 #include "flashmla/attn_tile.cuh"
 #include "flashmla/params.cuh"
 
@@ -162,13 +167,21 @@ __device__ __forceinline__ void convert_fp8_tile(const unsigned char *stage, uns
 
 // ---- online softmax ---------------------------------------------------------------------------
 
+// The end of the keys [.., t_end) of request (len) that some row of CTA row block m sees.
+template <bool kCausal>
+__device__ __forceinline__ int chunk_key_stop(const DecodeParams &p, int m, int rows, int len,
+                                              int t_end) {
+    if constexpr (!kCausal) return t_end;
+    const int j_last = (min(rows, (m + 1) * kBlockM) - 1) / p.heads_per_kv;
+    return min(t_end, len - p.s_q + j_last + 1);
+}
+
 // Empties the thread's two rows and O, sets the rows' key limits (keys t < limit[h] are visible;
 // causal: each row's own) and returns the end of the keys some row of the CTA sees.
 template <bool kCausal>
 __device__ __forceinline__ int chunk_rows_init(const DecodeParams &p, RowState &st,
                                                float (&o)[32][4], int (&limit)[2], int m,
                                                int rows, int len, int t_end, int wm, int lane) {
-    int t_stop = t_end;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         st.m[h] = -inf_f32(), st.l[h] = 0.f;
@@ -176,13 +189,9 @@ __device__ __forceinline__ int chunk_rows_init(const DecodeParams &p, RowState &
         const int j = (rr < rows ? rr : rows - 1) / p.heads_per_kv;
         limit[h] = kCausal ? min(t_end, len - p.s_q + j + 1) : t_end;
     }
-    if constexpr (kCausal) {
-        const int j_last = (min(rows, (m + 1) * kBlockM) - 1) / p.heads_per_kv;
-        t_stop = min(t_end, len - p.s_q + j_last + 1);
-    }
 #pragma unroll
     for (int jt = 0; jt < 32; jt++) o[jt][0] = o[jt][1] = o[jt][2] = o[jt][3] = 0.f;
-    return t_stop;
+    return chunk_key_stop<kCausal>(p, m, rows, len, t_end);
 }
 
 // Scales S to base-2 logits and masks the keys t0 + col >= limit[row] to -inf.
@@ -303,6 +312,8 @@ __device__ __forceinline__ void stage_q(const DecodeParams &p, unsigned char *sm
 template <int kKV, int kPageClass, bool kCausal>
 __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams p) {
     extern __shared__ __align__(128) unsigned char smem[];
+    pdl::wait();  // the previous kernel (metadata, the caller's producers of q / k_cache) is done
+    pdl::launch_dependents();
     const int part = blockIdx.x, g = blockIdx.y, m = blockIdx.z;
     const int *rec = p.sched + (long long)part * kRecordInts;
     const int begin_req = rec[kBeginReq], end_req = min(rec[kEndReq], p.b - 1);

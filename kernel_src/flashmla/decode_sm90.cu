@@ -6,7 +6,7 @@
 //
 // Template parameters (the spec "flashmla_decode_sm90" fixes them):
 //   kKV        0: bf16 q / k_cache / out; 1: fp16 (fp8 stays on the portable kernel)
-//   kPageClass 0: any page size; 1: page_size % 64 == 0 (one block-table lookup per tile)
+//   kPageClass 0: any page size, cp.async loads; 1: page_size % 8 == 0, TMA loads
 //   kCausal    bottom-right causal mask (s_q > 1)
 //
 // CTA: 256 threads = warpgroups 0 and 1 over the same 64 query rows (warp w % 4 of each holds rows
@@ -26,11 +26,19 @@
 // 4-8 by warpgroup 1 after O_R += sP0 V0_R; K1 pieces 0-3 by warpgroup 0 after O_L += sP1 V1_L,
 // pieces 4-8 by warpgroup 1 after O_R += P1 V1_R. Each warpgroup's share of a tile (pieces 0-3,
 // 4-8) completes one mbarrier; the QK product waits for pieces 0-3, then for 4-8. Page class 1
-// (a tile in one page) loads by TMA (one thread, nine 64 x 64 boxes a tile, expect_tx on the
-// mbarrier; a kernel parameter holds the descriptor), and the V rows past the chunk of a partial
-// last tile are zeroed before P V (TMA reads the whole page). Page class 0 loads by cp.async in
+// loads by TMA in boxes of R = min(largest power of two dividing page_size, 64) rows (8 <= R, so
+// that a box starts on a 1024-byte swizzle atom): the threads wt = 2 k R of a warpgroup (which
+// fetched row k R) issue the boxes of rows [k R, k R + R) of the group's pieces, thread 0 posts
+// the group's bytes with expect_tx (a kernel parameter holds the descriptor); the V rows past
+// the chunk of a partial last tile are zeroed before P V (TMA reads whole boxes, and boxes past
+// the chunk read zeros: their block is -1, out of the tensor). Page class 0 loads by cp.async in
 // whole 128-byte lines (zero fill past the chunk, the mbarrier counting 128 cp.async arrivals).
 // The block-table entries of a pair's tiles are read one pair ahead.
+// Chunk boundaries: the last pair of a chunk loads the next chunk's first two tiles at the same
+// refill points (the kernel's chunk walk leaves the next chunk's request and key range in shared
+// memory), and, when the next chunk starts another request, its Q: pieces 0-3 by warpgroup 0
+// once M1 shows warpgroup 1's last Q K^T done, pieces 4-7 by warpgroup 1 once M0 shows warpgroup
+// 0's, piece 8 (sP1) after the pair; so the next chunk starts with its loads in flight.
 //
 // S[64 x 64] is 36 wgmma.m64n64k16: 32 with Q from shared memory, the last 4 (Q columns 512-575)
 // with Q from registers, loaded once per request, so that Q's piece 8 holds sP1. O += P V is
@@ -41,7 +49,8 @@
 // r * 128 + (((k % 64) / 8) ^ (r & 7)) * 16 + (k % 8) * 2 (the hardware 128-byte swizzle).
 //   Q 0 (73728; piece 8 = sP1 after Q8 is in registers), K0 73728, K1 147456, sP0 221184 (8192),
 //   sM0 229376 and sM1 229632 (64 floats each), row-sum exchange 229888 (2 x 64 floats),
-//   mbarriers 230400 (K0: 2, K1: 2); 230432 bytes + 1024 for alignment.
+//   mbarriers 230400 (K0: 2, K1: 2), the next chunk's descriptor 230432 (8 ints); 230464 bytes
+//   + 1024 for alignment.
 
 #include "common/mbarrier.cuh"
 #include "common/wgmma.cuh"
@@ -64,8 +73,9 @@ constexpr int kSmemM0 = kSmemP0 + kPieceBytes;
 constexpr int kSmemM1 = kSmemM0 + kBlockM * 4;
 constexpr int kSmemRed90 = kSmemM1 + kBlockM * 4;
 constexpr int kSmemBar = kSmemRed90 + 2 * kBlockM * 4;
-constexpr int kSmemUsed = kSmemBar + 2 * 2 * 8;          // 230432
-constexpr int kSmemBytes90 = kSmemUsed + 1024;           // + alignment slack: 231456
+constexpr int kSmemNext = kSmemBar + 2 * 2 * 8;          // the next chunk (NextChunk), 8 ints
+constexpr int kSmemUsed = kSmemNext + 8 * 4;             // 230464
+constexpr int kSmemBytes90 = kSmemUsed + 1024;           // + alignment slack: 231488
 static_assert(kSmemP0 % 1024 == 0 && kSmemP1 % 1024 == 0, "swizzle atoms 1024-aligned");
 static_assert(kSmemBar % 8 == 0, "mbarriers 8-aligned");
 static_assert(kTileBytes90 == kTileBytes, "same tile size as the portable kernel");
@@ -90,22 +100,43 @@ __device__ __forceinline__ void reg_fence(float (&d)[N][4]) {
         for (int e = 0; e < 4; e++) reg_fence(d[i][e]);
 }
 
-// cp.async of the Q rows [64 m, 64 m + 64) of kv head g (rows >= rows zero-filled), all threads,
-// committed as one group; and an L2 prefetch of the next request's rows (next_req >= 0).
-__device__ __forceinline__ void load_q_tile90(const DecodeParams &p, unsigned dst, int req, int g,
-                                              int m, int rows, int next_req) {
-    const int r = threadIdx.x >> 2;
+// cp.async of pieces [kLo, kHi) of the Q rows [64 m, 64 m + 64) of kv head g (rows >= rows
+// zero-filled) by kN threads (tid < kN), not committed.
+template <int kLo, int kHi, int kN>
+__device__ __forceinline__ void load_q_pieces(const DecodeParams &p, unsigned dst, int req, int g,
+                                              int m, int rows, int tid) {
+    constexpr int kPerRow = kN / kBlockM;  // threads per row
+    const int r = tid / kPerRow;
     const unsigned char *src = q_row(p, req, g, m, rows, r, 2);
     const bool valid = src != nullptr;
     if (!valid) src = static_cast<const unsigned char *>(p.q);
-    for (int c = threadIdx.x & 3; c < kRowChunks; c += 4)
+    for (int c = kLo * 8 + tid % kPerRow; c < kHi * 8; c += kPerRow)
         cp_async_16(dst + tile_off(r, c), src + c * 16, valid);
-    cp_async_commit();
-    if (next_req >= 0 && threadIdx.x < kBlockM) {
-        const unsigned char *nxt = q_row(p, next_req, g, m, rows, threadIdx.x, 2);
+}
+
+// An L2 prefetch of the Q rows of request req (req >= 0; threads < 64).
+__device__ __forceinline__ void prefetch_q_l2(const DecodeParams &p, int req, int g, int m,
+                                              int rows) {
+    if (req >= 0 && threadIdx.x < kBlockM) {
+        const unsigned char *nxt = q_row(p, req, g, m, rows, threadIdx.x, 2);
         if (nxt) prefetch_l2_bulk(nxt, kRowBytes);
     }
 }
+
+// cp.async of the whole Q tile by all threads, committed as one group; and an L2 prefetch of the
+// next request's rows (next_req >= 0).
+__device__ __forceinline__ void load_q_tile90(const DecodeParams &p, unsigned dst, int req, int g,
+                                              int m, int rows, int next_req) {
+    load_q_pieces<0, kPieces, kThreads>(p, dst, req, g, m, rows, threadIdx.x);
+    cp_async_commit();
+    prefetch_q_l2(p, next_req, g, m, rows);
+}
+
+// The chunk the kernel attends after the current one (kSmemNext, written by the chunk walk):
+// n_tiles < 0: none; new_req: it starts another request (whose Q the last pair loads).
+struct NextChunk {
+    int n_tiles, req, t_begin, t_stop, new_req, pad[3];
+};
 
 // Waits for Q (all threads), then loads its piece 8 (columns 512-575) into registers; piece 8 is
 // sP1 from then on.
@@ -133,8 +164,7 @@ __device__ __forceinline__ RowRef fetch_row(const DecodeParams &p, int req, int 
     const int t = t0 + (wt >> 1);
     RowRef r = {-1, 0};
     if (t < t_stop) {
-        const int tp = kPageClass == 1 ? t0 : t;  // a tile of page class 1 lies in one page
-        const int page = page_of(p, tp);
+        const int page = page_of(p, t);
         r.row = t - page * p.page_size;
         if (page < p.max_blocks) r.blk = p.block_table[(long long)req * p.bt_stride + page];
     }
@@ -179,32 +209,40 @@ __device__ __forceinline__ void load_pieces(const DecodeParams &p, unsigned buf,
 
 // The TMA descriptor of k_cache (page class 1), a kernel parameter: runtime/flashmla_decode.c
 // encodes k_cache as the 4-D tensor (576 columns, h_kv, page, num_blocks), boxes of one 64-column
-// piece of 64 keys, 128-byte swizzle (the tile layout above).
+// piece of tma_box_rows keys, 128-byte swizzle (the tile layout above).
 struct alignas(64) TmaDesc {
     unsigned long long bytes[16];
 };
 
-// Loads pieces [kLo, kHi) of the tile whose first key is (block r0.blk, row r0.row) (thread 0's
-// RowRef; the other threads' rows for cp.async): page class 1 by TMA from one thread, arriving
-// on the group's mbarrier with the bytes expected; else by cp.async from the warpgroup.
+// Rows of a TMA box (page class 1): the largest power of two dividing page_size, at most 64
+// (runtime/flashmla_decode.c encodes the descriptor's box with the same count).
+__device__ __forceinline__ int tma_box_rows(const DecodeParams &p) {
+    return min(p.page_size & -p.page_size, kBlockN);
+}
+
+// Loads pieces [kLo, kHi) of a tile into buf, thread wt holding the RowRef of row wt / 2: page
+// class 1 by TMA, the threads wt = 2 k R issuing the boxes of rows [k R, k R + R) and thread 0
+// posting the group's bytes on its mbarrier (a box that completes before the post leaves the
+// phase open: its arrival is still pending); else by cp.async from the warpgroup.
 template <int kLo, int kHi, int kPageClass>
 __device__ __forceinline__ void load_tile(const DecodeParams &p, const TmaDesc &tk, unsigned buf,
                                           unsigned bars, RowRef r, int g, int wt) {
     if constexpr (kPageClass == 1) {
-        if (wt == 0) {
-            const unsigned bar = bars + (kLo == 0 ? 0 : 8);
-            mbarrier_arrive_expect_tx(bar, (kHi - kLo) * kPieceBytes);
+        const unsigned bar = bars + (kLo == 0 ? 0 : 8);
+        if (wt == 0) mbarrier_arrive_expect_tx(bar, (kHi - kLo) * kPieceBytes);
+        if ((wt & (2 * tma_box_rows(p) - 1)) == 0) {
+            const unsigned dst = buf + (wt >> 1) * 128;  // row wt / 2 of each piece
             const unsigned long long stream = l2_policy_evict_first();  // K is read once or twice
 #pragma unroll
             for (int pc = kLo; pc < kHi; pc++)
-                tma_load_4d(buf + pc * kPieceBytes, &tk, bar, pc * 64, g, r.row, r.blk, stream);
+                tma_load_4d(dst + pc * kPieceBytes, &tk, bar, pc * 64, g, r.row, r.blk, stream);
         }
     } else {
         load_pieces<kLo, kHi>(p, buf, bars, row_src(p, g, r), wt);
     }
 }
 
-// TMA reads whole pages: zeroes the V rows [valid, 64) (pieces 0-7) of the tile in buf, which
+// TMA reads whole boxes: zeroes the V rows [valid, 64) (pieces 0-7) of the tile in buf, which
 // may hold anything (0 P times NaN V would poison O), then makes the zeros visible to wgmma and
 // to the other threads of the warpgroup (named barrier 6 + wg).
 __device__ __forceinline__ void zero_tail_rows(unsigned char *buf, int valid, int wg, int wt) {
@@ -216,6 +254,11 @@ __device__ __forceinline__ void zero_tail_rows(unsigned char *buf, int valid, in
     }
     fence_proxy_async_shared();
     named_barrier_sync(6 + wg, kWgThreads);
+}
+
+// prefetch.global.L1 of the line holding a (an address inside a live buffer).
+__device__ __forceinline__ void prefetch_l1(const void *a) {
+    asm volatile("prefetch.global.L1 [%0];\n" ::"l"(a));
 }
 
 // Hides v's value from the optimizer, so that descriptor sums derived from it are not hoisted
@@ -378,12 +421,15 @@ __device__ __forceinline__ void scale_o(float (&o)[32][4], const float (&f)[2]) 
         o[jt][0] *= f[0], o[jt][1] *= f[0], o[jt][2] *= f[1], o[jt][3] *= f[1];
 }
 
-// Attention of the CTA's rows over keys [t_begin, t_end) of request req. Q and Q8 are in place.
+// Attention of the CTA's rows over keys [t_begin, t_end) of request req. Q (and Q8 unless
+// q_pending) are in place or on their way; preloaded: the last pair of the previous chunk issued
+// this chunk's first two tiles. Returns whether this chunk's last pair issued the loads of the
+// next chunk (kSmemNext): its first tiles and, for another request, its Q (then committed).
 template <int kKV, int kPageClass, bool kCausal>
-__device__ void attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigned char *smem,
+__device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigned char *smem,
                                unsigned (&q8)[4][4], bool &q_pending,
                                unsigned (&phase)[2], int req, int g, int m, int rows, int len,
-                               int t_begin, int t_end, bool direct, int slot) {
+                               int t_begin, int t_end, bool direct, int slot, bool preloaded) {
     constexpr bool kF16 = KvTraits<kKV>::kF16;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp & 3, wg = warp >> 2;
     const int wt = threadIdx.x & (kWgThreads - 1);
@@ -393,6 +439,7 @@ __device__ void attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
     float *sm0 = reinterpret_cast<float *>(smem + kSmemM0);
     float *sm1 = reinterpret_cast<float *>(smem + kSmemM1);
     float *red = reinterpret_cast<float *>(smem + kSmemRed90);
+    const volatile NextChunk *nx = reinterpret_cast<const volatile NextChunk *>(smem + kSmemNext);
     RowState st;
     float o[32][4];
     int limit[2];
@@ -404,7 +451,7 @@ __device__ void attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
 
     // Prologue: tiles 0 and 1 (warpgroup 0 loads pieces 0-3 of both, warpgroup 1 pieces 4-8),
     // issued before the wait for a request's Q so that both loads are in flight together.
-    if (n_tiles > 0) {
+    if (n_tiles > 0 && !preloaded) {
         const RowRef ra = fetch_row<kPageClass>(p, req, t_begin, t_stop, wt);
         const RowRef rb = fetch_row<kPageClass>(p, req, t_begin + kBlockN, t_stop, wt);
         if (wg == 0) {
@@ -427,13 +474,32 @@ __device__ void attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
         }
     }
 
+    bool pre_q = false;  // the last pair loads the next chunk's Q
     for (int it = 0; it < n_tiles; it += 2) {
         const int ta = t_begin + it * kBlockN, tb = ta + kBlockN;
         const bool has_b = it + 1 < n_tiles;
         const bool next_a = it + 2 < n_tiles, next_b = it + 3 < n_tiles;
-        // The next pair's block-table entries, fetched a pair ahead of their loads.
-        const RowRef na = fetch_row<kPageClass>(p, req, ta + 2 * kBlockN, t_stop, wt);
-        const RowRef nb = fetch_row<kPageClass>(p, req, tb + 2 * kBlockN, t_stop, wt);
+        // The next pair's block-table entries, fetched a pair ahead of their loads; in the last
+        // pair, those of the next chunk's first two tiles.
+        RowRef na, nb;
+        bool load_a = next_a, load_b = next_b;
+        if (next_a) {
+            na = fetch_row<kPageClass>(p, req, ta + 2 * kBlockN, t_stop, wt);
+            nb = fetch_row<kPageClass>(p, req, tb + 2 * kBlockN, t_stop, wt);
+        } else {
+            const int nt = nx->n_tiles, nreq = nx->req, nt0 = nx->t_begin, nstop = nx->t_stop;
+            pre_q = nt >= 0 && nx->new_req;
+            // what the chunk walk reads next (the request after the next chunk's) into L1, so
+            // that it does not wait on L2 at the chunk start
+            if (threadIdx.x == 0 && nt >= 0 && nreq + 1 < p.b) {
+                prefetch_l1(p.seqlens + nreq + 1);
+                prefetch_l1(p.num_splits + nreq + 1);
+                prefetch_l1(p.sched + (long long)blockIdx.x * kRecordInts);
+            }
+            load_a = nt > 0, load_b = nt > 1;
+            na = fetch_row<kPageClass>(p, max(nreq, 0), nt0, load_a ? nstop : nt0, wt);
+            nb = fetch_row<kPageClass>(p, max(nreq, 0), nt0 + kBlockN, load_b ? nstop : nt0, wt);
+        }
         if (wg == 0) {
             if (kPageClass == 1 && ta + kBlockN > t_stop)
                 zero_tail_rows(smem + kSmemK0, t_stop - ta, 0, wt);
@@ -461,6 +527,8 @@ __device__ void attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
             wgmma_commit_group();
             // beta = 2^(m_a - m_b) brings O_L to the pair's final max.
             named_barrier_sync(kBarM1, 2 * kWgThreads);
+            if (pre_q)  // warpgroup 1's last Q K^T is done (M1): Q pieces 0-3 are free
+                load_q_pieces<0, kVPieces, kWgThreads>(p, q, nx->req, g, m, rows, wt);
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const float m_b = sm1[r0 + 8 * h];
@@ -470,14 +538,12 @@ __device__ void attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
             }
             wgmma_wait_group<0>();
             reg_fence(o);
-            if (next_a)  // V0_L consumed
+            if (load_a)  // V0_L consumed
                 load_tile<0, kVPieces, kPageClass>(p, tk, k0, bar0, na, g, wt);
             scale_o(o, f);
-            if (has_b) {
-                pv_remote<kF16>(o, kBarP1, base + kSmemP1, k1, 0);  // V1_L: K1 pieces 0-3
-                if (next_b)  // V1_L consumed
-                    load_tile<0, kVPieces, kPageClass>(p, tk, k1, bar1, nb, g, wt);
-            }
+            if (has_b) pv_remote<kF16>(o, kBarP1, base + kSmemP1, k1, 0);  // V1_L: K1 pieces 0-3
+            if (load_b)  // V1_L consumed (or K1 unused in this pair)
+                load_tile<0, kVPieces, kPageClass>(p, tk, k1, bar1, nb, g, wt);
             if (next_a) {
                 qk_tile<kF16, kPageClass != 1>(s, q8, q, k0, bar0, phase[0]);
                 phase[0] ^= 1;
@@ -491,6 +557,8 @@ __device__ void attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
                 row_max64(s, mx);
             }
             named_barrier_sync(kBarM0, 2 * kWgThreads);
+            if (pre_q)  // warpgroup 0's last Q K^T is done (M0): Q pieces 4-7 are free
+                load_q_pieces<kVPieces, kPieces - 1, kWgThreads>(p, q, nx->req, g, m, rows, wt);
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 m_a[h] = sm0[r0 + 8 * h];
@@ -514,10 +582,9 @@ __device__ void attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
                 p_fragments<kF16>(s, pa);
             }
             pv_remote<kF16>(o, kBarP0, base + kSmemP0, k0, 1);  // V0_R: K0 pieces 4-7
-            if (next_a) {
-                named_barrier_arrive(kBarP0Free, 2 * kWgThreads);
-                load_tile<kVPieces, kPieces, kPageClass>(p, tk, k0, bar0, na, g, wt);  // V0_R read
-            }
+            if (next_a) named_barrier_arrive(kBarP0Free, 2 * kWgThreads);
+            if (load_a)  // V0_R read
+                load_tile<kVPieces, kPieces, kPageClass>(p, tk, k0, bar0, na, g, wt);
             // beta = 2^(m_a - m_b) brings O_R and l to the pair's final max.
 #pragma unroll
             for (int h = 0; h < 2; h++) {
@@ -531,20 +598,56 @@ __device__ void attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
                 wgmma_commit_group();
                 wgmma_wait_group<0>();
                 reg_fence(o);
-                if (next_b)  // V1_R consumed
-                    load_tile<kVPieces, kPieces, kPageClass>(p, tk, k1, bar1, nb, g, wt);
             }
+            if (load_b)  // V1_R consumed (or K1 unused in this pair)
+                load_tile<kVPieces, kPieces, kPageClass>(p, tk, k1, bar1, nb, g, wt);
             if (next_b) {
                 qk_tile<kF16, kPageClass != 1>(s, q8, q, k1, bar1, phase[1]);
                 phase[1] ^= 1;
             }
         }
     }
+    if (pre_q) {  // Q piece 8 (sP1) once warpgroup 0 has read sP1
+        __syncthreads();
+        load_q_pieces<kPieces - 1, kPieces, kThreads>(p, q, nx->req, g, m, rows, threadIdx.x);
+        cp_async_commit();
+    }
 
     // Row sums of both warpgroups (the portable kernel's exchange, warpgroup for column half),
     // then each stores its half of O.
     finish_row_sums(st, red, wm, wg, lane);
     store_rows<kKV>(p, o, st, req, g, m, rows, direct, slot, 1.f, wm, wg, lane);
+    return n_tiles > 0;
+}
+
+// The chunk walk of a part: the first chunk the CTA attends at or after unit u0 (-1: the part's
+// first unit in req) of request req, in the order of decode_kernel's walk (chunks whose split
+// slot is outside the workspace are skipped). False when none is left.
+struct Chunk {
+    int req, len, u1, t_begin, t_end, slot;
+    bool direct;
+};
+
+__device__ __forceinline__ bool find_chunk(const DecodeParams &p, const int *rec, int req, int u0,
+                                           Chunk &c) {
+    const int begin_req = rec[kBeginReq], end_req = min(rec[kEndReq], p.b - 1);
+    const int cu = rec[kChunkUnits];
+    for (; req <= end_req; req++, u0 = -1) {
+        const int len = max(p.seqlens[req], 0);
+        const int lo = req == begin_req ? max(rec[kBeginUnit], 0) : 0;
+        const int hi = req == end_req ? rec[kEndUnit] : units_of(len);
+        const int split0 = p.num_splits[req], n_splits = p.num_splits[req + 1] - split0;
+        for (u0 = max(u0, lo); u0 < hi;) {
+            const int u1 = cu > 0 ? min(hi, (u0 / cu + 1) * cu) : hi;
+            const int chunk = cu > 0 ? u0 / cu : (req == begin_req ? rec[kBeginChunk] : 0);
+            c.req = req, c.len = len, c.u1 = u1, c.slot = split0 + chunk;
+            c.t_begin = u0 * kBlockN, c.t_end = min(u1 * kBlockN, len);
+            c.direct = n_splits == 1;
+            if (c.direct || (c.slot >= 0 && c.slot < p.split_cap)) return true;
+            u0 = u1;
+        }
+    }
+    return false;
 }
 
 }  // namespace sm90
@@ -557,10 +660,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(
     static_assert(kKV == 0 || kKV == 1, "the sm_90a decode takes 16-bit KV");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+    pdl::wait();  // as decode_kernel: the previous kernel is done before anything is read
+    pdl::launch_dependents();
     const int part = blockIdx.x, g = blockIdx.y, m = blockIdx.z;
     const int *rec = p.sched + (long long)part * kRecordInts;
-    const int begin_req = rec[kBeginReq], end_req = min(rec[kEndReq], p.b - 1);
-    const int cu = rec[kChunkUnits];
     const int rows = p.s_q * p.heads_per_kv;
     const unsigned base = smem_addr(smem);
     if (threadIdx.x < 4)
@@ -568,31 +671,40 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(
                       kPageClass == 1 ? 1 : sm90::kWgThreads);  // TMA: one expect_tx arrival
     __syncthreads();
     unsigned phase[2] = {0, 0};  // parity of the next phase of the K0 / K1 mbarriers
-    for (int req = max(begin_req, 0); req <= end_req; req++) {
-        const int len = max(p.seqlens[req], 0);
-        const int lo = req == begin_req ? max(rec[kBeginUnit], 0) : 0;
-        const int hi = req == end_req ? rec[kEndUnit] : units_of(len);
-        const int split0 = p.num_splits[req], n_splits = p.num_splits[req + 1] - split0;
-        int chunk = req == begin_req ? rec[kBeginChunk] : 0;
-        // Q's cp.async; the first chunk waits for it once its first tiles' loads are issued.
-        sm90::load_q_tile90(p, base + sm90::kSmemQ90, req, g, m, rows,
-                            req < end_req ? req + 1 : -1);
-        bool q_pending = true;
-        unsigned q8[4][4];
-        for (int u0 = lo; u0 < hi;) {
-            const int u1 = cu > 0 ? min(hi, (u0 / cu + 1) * cu) : hi;
-            if (cu > 0) chunk = u0 / cu;
-            const int slot = split0 + chunk;
-            const bool direct = n_splits == 1;
-            if (direct || (slot >= 0 && slot < p.split_cap))
-                sm90::attend_chunk90<kKV, kPageClass, kCausal>(
-                    p, tk, smem, q8, q_pending, phase, req, g, m, rows, len, u0 * kBlockN,
-                    min(u1 * kBlockN, len), direct, slot);
-            chunk++, u0 = u1;
+    unsigned q8[4][4];           // Q columns 512-575 of q_req (finish_q)
+    bool q_pending = false;      // Q of q_req issued, q8 not loaded yet
+    bool preloaded = false;      // the chunk's first tiles (and Q of a new request) are in flight
+    int q_req = -1;
+    sm90::Chunk cur;
+    bool have = sm90::find_chunk(p, rec, max(rec[kBeginReq], 0), -1, cur);
+    while (have) {
+        sm90::Chunk nxt;
+        const bool have_next = sm90::find_chunk(p, rec, cur.req, cur.u1, nxt);
+        __syncthreads();  // the previous chunk is done with Q, sP1, K0 / K1 and kSmemNext
+        if (cur.req != q_req) {
+            const int after = have_next && nxt.req != cur.req ? nxt.req : -1;
+            if (!preloaded) sm90::load_q_tile90(p, base + sm90::kSmemQ90, cur.req, g, m, rows, after);
+            else sm90::prefetch_q_l2(p, after, g, m, rows);
+            q_pending = true, q_req = cur.req;
         }
-        if (q_pending) cp_async_wait<0>();  // no chunk ran: Q landed before it is overwritten
-        __syncthreads();  // Q (and sP1) consumed before the next request's Q lands
+        if (threadIdx.x == 0) {
+            sm90::NextChunk *nx = reinterpret_cast<sm90::NextChunk *>(smem + sm90::kSmemNext);
+            nx->n_tiles = -1, nx->req = 0, nx->t_begin = 0, nx->t_stop = 0, nx->new_req = 0;
+            if (have_next) {
+                const int t_stop = chunk_key_stop<kCausal>(p, m, rows, nxt.len, nxt.t_end);
+                nx->n_tiles = t_stop > nxt.t_begin ? (t_stop - nxt.t_begin + kBlockN - 1) / kBlockN
+                                                   : 0;
+                nx->req = nxt.req, nx->t_begin = nxt.t_begin, nx->t_stop = t_stop;
+                nx->new_req = nxt.req != cur.req;
+            }
+        }
+        __syncthreads();  // kSmemNext visible
+        preloaded = sm90::attend_chunk90<kKV, kPageClass, kCausal>(
+            p, tk, smem, q8, q_pending, phase, cur.req, g, m, rows, cur.len, cur.t_begin,
+            cur.t_end, cur.direct, cur.slot, preloaded);
+        cur = nxt, have = have_next;
     }
+    if (q_pending || preloaded) cp_async_wait<0>();  // no cp.async left in flight at exit
 }
 
 }  // namespace flashmla

@@ -8,14 +8,24 @@
 //   normal mode            cost_i = 5 + units_i            (its overhead first, then its units)
 //   batch-invariant mode   cost_i = n_i * 5 + units_i,  n_i = ceil(units_i / chunk_units)
 //                          (chunk k: 5 overhead positions, then units [k c, min((k+1) c, units_i)))
-// The line of length T = C_b is cut into P parts of pl = ceil(T / P) positions; part p owns
-// positions [p pl, (p + 1) pl).
-//   normal: part p gets the units whose position falls in its range, so a request is split where
-//           a part boundary crosses its units: n_i = part(last unit) - part(first unit) + 1 and
-//           sum n_i <= b + P - 1.
-//   batch-invariant: part p gets the whole chunks whose start position falls in its range; chunk
-//           boundaries depend on the request's own length only, so its result does not depend on
-//           its batch mates. If sum n_i > max_splits the call falls back to the normal mode.
+// The line of length T = C_b is cut into P parts at the boundaries B_0 = 0 <= B_1 <= ... <= B_P = T;
+// part p owns positions [B_p, B_{p+1}). With pl = ceil(T / P):
+//   normal: B_p is the grid point x = p pl, or, when a request starts at most delta positions
+//           after it, that request's start (snapped; delta < pl keeps B strictly increasing below
+//           T). Part p gets the units whose position falls in its range, so a request is split
+//           where a boundary falls inside its units: n_i = part(last unit) - part(first unit) + 1
+//           and sum n_i <= b + P - 1. delta is chosen per call among (0, 1, 2, 3) (pl - 1) / 3 to
+//           minimize the modelled makespan: the largest part load, a part of range [s, e)
+//           costing 5 + e' - max(s, C_i + 5) (i the request at s; e' = e, or C_j when e falls in
+//           the overhead of request j), plus kSplitPenalty when some request is split (the
+//           combine's work); ties go to the larger delta. delta 0 is the balanced cut; at equal
+//           lengths a snapped cut keeps requests whole when each part can take whole requests at
+//           little cost in balance (b 128, P 66: two whole requests per part and no combine work
+//           up to s_k 8192).
+//   batch-invariant: part p gets the whole chunks whose start position falls in [p pl, (p+1) pl);
+//           chunk boundaries depend on the request's own length only, so its result does not
+//           depend on its batch mates. If sum n_i > max_splits the call falls back to the normal
+//           mode.
 // Every unit of every request belongs to exactly one part; within a request the parts come in
 // order, so chunk indices are consecutive.
 //
@@ -27,6 +37,9 @@
 
 namespace mla {
 namespace flashmla {
+
+constexpr int kSnapChoices = 4;              // snapping distances tried: (0 .. 3) (pl - 1) / 3
+constexpr int kSplitPenalty = kSplitOverhead;  // modelled cost of the combine's work, in units
 
 __device__ __forceinline__ long long ceil_div_ll(long long a, long long b) { return (a + b - 1) / b; }
 
@@ -74,9 +87,95 @@ __device__ __forceinline__ void write_record(int *rec, int br, int bu, int er, i
     rec[kBeginChunk] = bc, rec[kChunkUnits] = cu, rec[6] = 0, rec[7] = 0;
 }
 
-// Normal mode: the units of positions [start, end) (C = the cost line, in num_splits).
-__device__ void cut_part_normal(const int *C, int b, int part, long long pl, long long start,
-                                long long end, int *rec) {
+// The normal mode's cut of the cost line C[0..b] (C[b] = T) into P parts: grid step pl,
+// snapping distance delta (header).
+struct Cut {
+    const int *C;
+    int b, P;
+    long long T, pl, delta;
+};
+
+// First i in [0, b] with C[i] >= x (x <= T = C[b]).
+__device__ __forceinline__ int first_start_at_or_after(const int *C, int b, long long x) {
+    int lo = 0, hi = b;
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if ((long long)C[mid] >= x) hi = mid; else lo = mid + 1;
+    }
+    return lo;
+}
+
+// B_p: 0 for p = 0, T for p >= P or a grid point at or past T, else the grid point p pl or the
+// start of a request at most delta after it.
+__device__ __forceinline__ long long boundary(const Cut &k, int p) {
+    if (p <= 0) return 0;
+    const long long x = (long long)p * k.pl;
+    if (p >= k.P || x >= k.T) return k.T;
+    const long long c = k.C[first_start_at_or_after(k.C, k.b, x)];
+    return c - x <= k.delta ? c : x;
+}
+
+// The part whose range holds position x < T: the largest p < P with B_p <= x.
+__device__ __forceinline__ int part_of(const Cut &k, long long x) {
+    int lo = 0, hi = k.P - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (boundary(k, mid) <= x) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}
+
+// Modelled load of part p (header); *splits: its first boundary falls inside a request's units.
+__device__ __forceinline__ long long part_load(const Cut &k, int p, bool *splits) {
+    const long long s = boundary(k, p), e = boundary(k, p + 1);
+    *splits = false;
+    if (s >= e) return 0;
+    const int i = find_request(k.C, k.b, s), j = find_request(k.C, k.b, e - 1);
+    *splits = p > 0 && s > (long long)k.C[i] + kSplitOverhead;
+    const long long first = max(s, (long long)k.C[i] + kSplitOverhead);
+    const long long last = e - k.C[j] <= kSplitOverhead ? (long long)k.C[j] : e;
+    return first < last ? kSplitOverhead + last - first : 0;
+}
+
+// Block-wide maximum (every thread gets it). Every thread must call it.
+template <int kThreads>
+__device__ long long block_max(long long v) {
+    __shared__ long long warp_max[kThreads / 32];
+    for (int d = 16; d > 0; d >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, d));
+    if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = v;
+    __syncthreads();
+    long long all = warp_max[0];
+    for (int w = 1; w < kThreads / 32; w++) all = max(all, warp_max[w]);
+    __syncthreads();  // warp_max may be reused by the next call
+    return all;
+}
+
+// The snapping distance of the normal mode (header): block-uniform.
+template <int kThreads>
+__device__ long long choose_delta(Cut k) {
+    long long best_cost = 0, best_delta = 0;
+    for (int c = 0; c < kSnapChoices; c++) {
+        k.delta = c * (k.pl - 1) / (kSnapChoices - 1);
+        long long load = 0;
+        bool split = false;
+        for (int part = threadIdx.x; part < k.P; part += kThreads) {
+            bool s;
+            load = max(load, part_load(k, part, &s));
+            split |= s;
+        }
+        const long long cost = block_max<kThreads>(load) +
+                               (__syncthreads_or(split) ? kSplitPenalty : 0);
+        if (c == 0 || cost <= best_cost) best_cost = cost, best_delta = k.delta;
+    }
+    return best_delta;
+}
+
+// Normal mode: the units of part p's positions [B_p, B_{p+1}) (C = the cost line, in num_splits).
+__device__ void cut_part_normal(const Cut &k, int part, int *rec) {
+    const int *C = k.C;
+    const int b = k.b;
+    const long long start = boundary(k, part), end = boundary(k, part + 1);
+    if (start >= end) return write_record(rec, 0, 0, -1, 0, 0, 0);
     const int i = find_request(C, b, start);
     const long long first_pos = start > (long long)C[i] + kSplitOverhead
                                     ? start : (long long)C[i] + kSplitOverhead;
@@ -87,9 +186,9 @@ __device__ void cut_part_normal(const int *C, int b, int part, long long pl, lon
         i2 -= 1;
         eu = (long long)C[i2 + 1] - C[i2] - kSplitOverhead;
     }
-    const long long first_part_of_i = ((long long)C[i] + kSplitOverhead) / pl;
+    const int first_part_of_i = part_of(k, (long long)C[i] + kSplitOverhead);
     write_record(rec, i, (int)(first_pos - C[i] - kSplitOverhead), i2, (int)eu,
-                 (int)(part - first_part_of_i), 0);
+                 part - first_part_of_i, 0);
 }
 
 // Batch-invariant mode: the chunks whose start position lies in [start, end).
@@ -111,10 +210,24 @@ __device__ void cut_part_chunks(const int *C, int b, int cu, long long start, lo
     write_record(rec, i, (int)(j * cu), i2, (int)eu, (int)j, cu);
 }
 
+// part_of from the boundaries the cut stored in the records (field kBeginPos), once the cost
+// line in num_splits is being overwritten.
+__device__ __forceinline__ int part_of_stored(const int *sched, int P, long long x) {
+    int lo = 0, hi = P - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if ((long long)sched[(long long)mid * kRecordInts + kBeginPos] <= x) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
 // Chunks of request i (cost line position c, u units).
-__device__ __forceinline__ int request_chunks(long long c, int u, int cu, long long pl) {
+__device__ __forceinline__ int request_chunks(const int *sched, int P, long long c, int u,
+                                              int cu) {
     if (cu > 0) return (int)ceil_div_ll(u, cu);
-    return (int)((c + kSplitOverhead + u - 1) / pl - (c + kSplitOverhead) / pl + 1);
+    return part_of_stored(sched, P, c + kSplitOverhead + u - 1) -
+           part_of_stored(sched, P, c + kSplitOverhead) + 1;
 }
 
 template <int kThreads>
@@ -140,19 +253,26 @@ __global__ void __launch_bounds__(kThreads) metadata_kernel(const MetadataParams
     if (threadIdx.x == 0) p.num_splits[p.b] = (int)total;
     __syncthreads();
     const long long pl = total > p.num_parts ? ceil_div_ll(total, p.num_parts) : 1;
+    Cut k = {p.num_splits, p.b, p.num_parts, total, pl, 0};
+    if (cu == 0) k.delta = choose_delta<kThreads>(k);  // block-uniform
     for (int part = threadIdx.x; part < p.num_parts; part += kThreads) {
         int *rec = p.sched + (long long)part * kRecordInts;
         const long long start = part * pl, end = start + pl < total ? start + pl : total;
-        if (start >= total) write_record(rec, 0, 0, -1, 0, 0, 0);
-        else if (cu > 0) cut_part_chunks(p.num_splits, p.b, cu, start, end, rec);
-        else cut_part_normal(p.num_splits, p.b, part, pl, start, end, rec);
+        if (cu > 0) {
+            if (start >= total) write_record(rec, 0, 0, -1, 0, 0, 0);
+            else cut_part_chunks(p.num_splits, p.b, cu, start, end, rec);
+        } else {
+            cut_part_normal(k, part, rec);
+            rec[kBeginPos] = (int)boundary(k, part);  // read by request_chunks
+        }
     }
-    __syncthreads();  // every part has read the cost line before it is overwritten
+    __syncthreads();  // every part has read the cost line before it is overwritten, and the
+                      // records' boundaries are visible
     long long n = 0;
     c = c_base;
     for (int i = i0; i < i1; i++) {
         const int u = units_of(p.seqlens[i]);
-        n += request_chunks(c, u, cu, pl);
+        n += request_chunks(p.sched, p.num_parts, c, u, cu);
         c += request_cost(u, cu);
     }
     long long splits = block_exclusive_scan<kThreads>(n, &total);
@@ -160,7 +280,7 @@ __global__ void __launch_bounds__(kThreads) metadata_kernel(const MetadataParams
     for (int i = i0; i < i1; i++) {
         const int u = units_of(p.seqlens[i]);
         p.num_splits[i] = (int)splits;
-        splits += request_chunks(c, u, cu, pl);
+        splits += request_chunks(p.sched, p.num_parts, c, u, cu);
         c += request_cost(u, cu);
     }
     if (threadIdx.x == 0) p.num_splits[p.b] = (int)total;

@@ -17,7 +17,9 @@
 //     [5] chunk_units 0: the part's range within a request is one chunk (splits follow the part
 //                     boundaries); c > 0: chunks are units [k c, (k + 1) c) of each request
 //                     (batch-invariant mode)
-//     [6], [7] 0
+//     [6] begin_pos   chunk_units 0: the part's first position on the metadata's cost line
+//                     (metadata.cu; the decode does not read it); else 0
+//     [7] 0
 //   num_splits [b + 1] int32: exclusive prefix sum of the chunk counts, num_splits[b] the total.
 #pragma once
 
@@ -32,6 +34,7 @@ constexpr int kRecordInts = 8;      // int32 per schedule record
 
 enum SchedField {
     kBeginReq = 0, kBeginUnit = 1, kEndReq = 2, kEndUnit = 3, kBeginChunk = 4, kChunkUnits = 5,
+    kBeginPos = 6,
 };
 
 __device__ __forceinline__ int units_of(int seqlen) {
