@@ -2,6 +2,8 @@
 # On the lent GPU machine (no package registry): build with the dependencies staged by
 # ../shared/device/stage-deps.sh .deps (carried with the run), run the whole test suite and the
 # benchmarks. Logs go to $OUT. Usage: bash scripts/device-run.sh [test|bench|all] [ctest args...]
+# CTEST_JOBS (default 4): parallel tests; BENCH_CASES: space-separated `mlajit bench --case` names
+# (default: every case).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}; shift || true
@@ -19,12 +21,13 @@ fi
 echo "build ok"
 rc=0
 if [ "$what" = test ] || [ "$what" = all ]; then
-  ctest --test-dir build-gpu --output-on-failure -j 4 "$@" > "$out/ctest.log" 2>&1 || rc=1
+  ctest --test-dir build-gpu --output-on-failure -j "${CTEST_JOBS:-4}" "$@" > "$out/ctest.log" 2>&1 || rc=1
   grep -E "tests passed|tests failed|Failed|\*\*\*|Skipped|Not Run" "$out/ctest.log" | tail -30
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   build-gpu/mlajit info > "$out/info.txt" 2>&1
-  build-gpu/mlajit bench --json "$out/bench.json" > "$out/bench.txt" 2>&1 || rc=1
+  cases=(); for c in ${BENCH_CASES:-}; do cases+=(--case "$c"); done
+  build-gpu/mlajit bench "${cases[@]}" --json "$out/bench.json" > "$out/bench.txt" 2>&1 || rc=1
   cat "$out/info.txt" "$out/bench.txt"
 fi
 exit $rc
