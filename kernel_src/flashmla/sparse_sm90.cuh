@@ -134,32 +134,39 @@ __device__ __forceinline__ void load_share(const typename F::Params &p, unsigned
     cp_async_mbarrier_arrive_noinc(bars + 8 * kShare);
 }
 
-// The bf16 K tile from the staged fp8 rows of buf (generic pointer t), by the 4 warps of the
-// consumer warpgroup: warp wm converts rows [16 wm, +16), 4 rows per pass; lane: row
-// 2 (lane / 16) + (lane / 4) % 2 of the pass, chunk j = lane % 4 + 4 ((lane / 8) % 2) of each of the
-// 4 column groups. Each bf16 value is e4m3 * scale in float32, rounded to bf16 (dequant16).
-__device__ __forceinline__ void dequant_tile(unsigned char *t, int wm, int lane) {
+// Column group g (e4m3 columns [128 g, +128): bf16 pieces 2 g, 2 g + 1) of the bf16 K tile from
+// the staged fp8 rows of buf (generic pointer t), by the 4 warps of the consumer warpgroup: warp
+// wm converts rows [16 wm, +16), 4 rows per pass; lane: row 2 (lane / 16) + (lane / 4) % 2 of the
+// pass, chunk j = lane % 4 + 4 ((lane / 8) % 2) of the group's 8. Each bf16 value is e4m3 * scale
+// in float32, rounded to bf16 (dequant16). Groups go in order 0..3: group 0 writes pieces 0, 1
+// (no staged bytes there), group 1 pieces 2, 3 (group 0's raw bytes, read before, and its own),
+// group 2 pieces 4, 5 (the scales: group 3's are kept in sc3), group 3 pieces 6, 7. A pass reads
+// its 4 rows' staged bytes, then __syncwarp, then writes over them: no other warp's row is
+// touched, so the groups need no barrier among themselves. !store: nothing is written (the
+// buffer holds no new tile and may still be read by the other warpgroup's P V).
+template <int g>
+__device__ __forceinline__ void dequant_group(unsigned char *t, int wm, int lane, float (&sc3)[4],
+                                              bool store) {
     const int j = (lane & 3) + 4 * ((lane >> 3) & 1);
     const int rq = 2 * (lane >> 4) + ((lane >> 2) & 1);
-    constexpr int kRawPiece[4] = {2, 3, 6, 7};
+    constexpr int kRawPiece = g < 2 ? 2 + g : 4 + g;  // 2, 3, 6, 7
 #pragma unroll
     for (int pass = 0; pass < 4; pass++) {
         const int r = 16 * wm + 4 * pass + rq;
         unsigned char *row = t + r * 128;
-        const float4 sc = *reinterpret_cast<const float4 *>(row + 5 * kPieceBytes + ((r & 7) << 4));
-        uint4 raw[4];
-#pragma unroll
-        for (int g = 0; g < 4; g++)
-            raw[g] = *reinterpret_cast<const uint4 *>(row + kRawPiece[g] * kPieceBytes +
-                                                      ((j ^ fsw(r)) << 4));
-        __syncwarp();  // every staged byte of the warp's 4 rows read before any is overwritten
-        const float scale[4] = {sc.x, sc.y, sc.z, sc.w};
-#pragma unroll
-        for (int g = 0; g < 4; g++) {
-            uint4 lo, hi;
-            dequant16(raw[g], scale[g], lo, hi);
-            unsigned char *dst = row + (2 * g + (j >> 2)) * kPieceBytes;
-            const int c0 = (2 * j) & 7;
+        const float *sc = reinterpret_cast<const float *>(row + 5 * kPieceBytes + ((r & 7) << 4));
+        const uint4 raw = *reinterpret_cast<const uint4 *>(row + kRawPiece * kPieceBytes +
+                                                           ((j ^ fsw(r)) << 4));
+        float scale;
+        if constexpr (g < 3) scale = sc[g];
+        else scale = sc3[pass];
+        if constexpr (g == 2) sc3[pass] = sc[3];
+        if constexpr (g > 0) __syncwarp();  // the pass's staged bytes read before any is overwritten
+        uint4 lo, hi;
+        dequant16(raw, scale, lo, hi);
+        unsigned char *dst = row + (2 * g + (j >> 2)) * kPieceBytes;
+        const int c0 = (2 * j) & 7;
+        if (store) {
             *reinterpret_cast<uint4 *>(dst + ((c0 ^ (r & 7)) << 4)) = lo;
             *reinterpret_cast<uint4 *>(dst + (((c0 + 1) ^ (r & 7)) << 4)) = hi;
         }
@@ -189,52 +196,93 @@ __device__ __forceinline__ void scale_mask_words(float (&s)[8][4], const unsigne
         }
 }
 
-// S = Q K^T for the tile in buf (36 wgmma.m64n64k16, the last 4 with Q's RoPE columns from
-// registers): decode_sm90.cu's qk_tile without its mbarrier waits (prep_qk waits for both shares
-// first, as the fp8 tile is dequantized before any product).
-__device__ __forceinline__ void qk_tile90(float (&s)[8][4], const unsigned (&q8)[4][4], unsigned q,
-                                          unsigned buf) {
-    using sm90::opaque;
-    const unsigned long long qd0 = wgmma_desc_sw128(q, 16, 1024);
-    const unsigned long long kd0 = wgmma_desc_sw128(buf, 16, 1024);
-    wgmma_fence();
+// Issues S (+)= Q K^T over pieces [kLo, kHi) of the tile in buf (4 wgmma.m64n64k16 a piece, Q
+// from shared memory; the first product of piece 0 overwrites S). Not committed.
+template <int kLo, int kHi>
+__device__ __forceinline__ void qk_pieces(float (&s)[8][4], unsigned q, unsigned buf) {
+    unsigned long long qd = wgmma_desc_sw128(q, 16, 1024), kd = wgmma_desc_sw128(buf, 16, 1024);
+    sm90::opaque(qd), sm90::opaque(kd);
 #pragma unroll
-    for (int pc = 0; pc < sm90::kPieces - 1; pc++) {
-        unsigned long long qd = qd0, kd = kd0;
-        opaque(qd), opaque(kd);
+    for (int pc = kLo; pc < kHi; pc++)
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             const unsigned off = (pc * kPieceBytes + k * 32) >> 4;
             wgmma_m64n64k16_ss<false, 0>(s, qd + off, kd + off, pc + k > 0);
         }
-    }
-    unsigned long long kd = kd0;
-    opaque(kd);
+}
+
+// Issues S += Q_rope K_rope^T (piece 8; Q's RoPE columns from registers, q8). Not committed.
+__device__ __forceinline__ void qk_rope(float (&s)[8][4], const unsigned (&q8)[4][4],
+                                        unsigned buf) {
+    unsigned long long kd = wgmma_desc_sw128(buf, 16, 1024);
+    sm90::opaque(kd);
 #pragma unroll
     for (int k = 0; k < 4; k++)
         wgmma_m64n64k16_rs<false, 0>(
             s, q8[k], kd + (((sm90::kPieces - 1) * kPieceBytes + k * 32) >> 4), 1);
-    wgmma_commit_group();
-    wgmma_wait_group<0>();
-    sm90::reg_fence(s);
 }
 
-// Waits for the tile in buf (both shares, phase `parity`), dequantizes it (fp8 rows), makes it and
-// the tile's validity words visible to the warpgroup, then computes S = Q K^T.
+// Waits for the tile in buf (both shares, phase `parity`; !loaded: the last pair of an odd count
+// has no tile b, and warpgroup 1 then computes a product on whatever K1 holds, which is not used,
+// so that each warpgroup has one call site; K1 is then not written, as warpgroup 0 may still be
+// reading its V_L), then returns with S = Q K^T complete.
+// fp8 rows: the column groups are dequantized one after the other, each made visible to the
+// warpgroup (fence, warpgroup barrier) and its products issued before the next group is
+// converted, so the conversion runs under the tensor cores. bf16 rows: both shares, then the
+// products (waits between the products made ptxas serialize them here, C7520). The warpgroup
+// barrier before the first product also orders the tile's validity words.
 template <class F>
 __device__ __forceinline__ void prep_qk(float (&s)[8][4], const unsigned (&q8)[4][4], unsigned q,
                                         unsigned char *smem, int buf_off, unsigned bars,
-                                        unsigned parity, int wm, int wg, int lane,
+                                        unsigned parity, int wg, int wm, int lane,
                                         bool loaded = true) {
     const unsigned buf = smem_addr(smem) + buf_off;
-    if (loaded) {
-        mbarrier_wait_parity(bars, parity);
-        mbarrier_wait_parity(bars + 8, parity);
-        if constexpr (F::kFp8) dequant_tile(smem + buf_off, wm, lane);
+    const int bar = 6 + wg;
+    // Without a load the wait is for the phase before, which has completed (or, on a barrier that
+    // never completed one, counts as completed): no branch around the waits.
+    const unsigned wait_parity = loaded ? parity : parity ^ 1;
+    if constexpr (F::kFp8) {
+        unsigned char *t = smem + buf_off;
+        float sc3[4];
+        mbarrier_wait_parity(bars, wait_parity);
+        mbarrier_wait_parity(bars + 8, wait_parity);
+        dequant_group<0>(t, wm, lane, sc3, loaded);
         fence_proxy_async_shared();
+        named_barrier_sync(bar, kWgThreads);
+        wgmma_fence();
+        qk_pieces<0, 2>(s, q, buf);
+        qk_rope(s, q8, buf);
+        wgmma_commit_group();
+        dequant_group<1>(t, wm, lane, sc3, loaded);
+        fence_proxy_async_shared();
+        named_barrier_sync(bar, kWgThreads);
+        wgmma_fence();
+        qk_pieces<2, 4>(s, q, buf);
+        wgmma_commit_group();
+        dequant_group<2>(t, wm, lane, sc3, loaded);
+        fence_proxy_async_shared();
+        named_barrier_sync(bar, kWgThreads);
+        wgmma_fence();
+        qk_pieces<4, 6>(s, q, buf);
+        wgmma_commit_group();
+        dequant_group<3>(t, wm, lane, sc3, loaded);
+        fence_proxy_async_shared();
+        named_barrier_sync(bar, kWgThreads);
+        wgmma_fence();
+        qk_pieces<6, 8>(s, q, buf);
+        wgmma_commit_group();
+    } else {
+        mbarrier_wait_parity(bars, wait_parity);
+        mbarrier_wait_parity(bars + 8, wait_parity);
+        fence_proxy_async_shared();  // cp.async data, seen through the mbarriers
+        named_barrier_sync(bar, kWgThreads);
+        wgmma_fence();
+        qk_pieces<0, 8>(s, q, buf);
+        qk_rope(s, q8, buf);
+        wgmma_commit_group();
     }
-    named_barrier_sync(6 + wg, kWgThreads);
-    qk_tile90(s, q8, q, buf);
+    wgmma_wait_group<0>();
+    sm90::reg_fence(s);
 }
 
 // Attention of the 64 rows (heads [64 m, +64)) of one token over its entries. smem: 1024-aligned.
@@ -300,7 +348,7 @@ __device__ __forceinline__ void attend_token(const typename F::Params &p, unsign
         const int ia = fetch_entry(list, (it + 2) * kBlockN + (wt >> 1), n);
         const int ib = fetch_entry(list, (it + 3) * kBlockN + (wt >> 1), n);
         if (wg == 0) {
-            prep_qk<F>(s, q8, q, smem, kSmemK0, bar0, phase[0], wm, wg, lane);
+            prep_qk<F>(s, q8, q, smem, kSmemK0, bar0, phase[0], wg, wm, lane);
             phase[0] ^= 1;
             scale_mask_words(s, mask0, p.scale_log2, lane);
             float mx[2], m_a[2], mu[2], f[2];
@@ -349,7 +397,7 @@ __device__ __forceinline__ void attend_token(const typename F::Params &p, unsign
             float mx[2] = {-inf_f32(), -inf_f32()}, m_a[2], m_b[2], mu[2], f[2];
             // Without tile b (the last pair of an odd count) the product runs on whatever K1
             // holds and is not used: one QK call site, the same path for both cases.
-            prep_qk<F>(s, q8, q, smem, kSmemK1, bar1, phase[1], wm, wg, lane, has_b);
+            prep_qk<F>(s, q8, q, smem, kSmemK1, bar1, phase[1], wg, wm, lane, has_b);
             phase[1] ^= has_b;
             if (has_b) {
                 scale_mask_words(s, mask1, p.scale_log2, lane);
