@@ -75,6 +75,7 @@ typedef struct mla__flashmla_sparse_decode_params {
     long long num_slots;
     int b, s_q, h_q, topk, page_size;
     float scale_log2;
+    int l2_prefetch;
 } mla__flashmla_sparse_decode_params;
 
 typedef struct mla__flashmla_sparse_prefill_params {
@@ -90,10 +91,11 @@ typedef struct mla__flashmla_sparse_prefill_params {
     int s_q, h_q, topk, s_kv;
     float scale_log2;
     int natural_log;
+    int l2_prefetch;
 } mla__flashmla_sparse_prefill_params;
 
-_Static_assert(sizeof(mla__flashmla_sparse_decode_params) == 160, "mirror of SparseDecodeParams");
-_Static_assert(sizeof(mla__flashmla_sparse_prefill_params) == 136,
+_Static_assert(sizeof(mla__flashmla_sparse_decode_params) == 168, "mirror of SparseDecodeParams");
+_Static_assert(sizeof(mla__flashmla_sparse_prefill_params) == 144,
                "mirror of SparsePrefillParams");
 
 #endif /* MLAJIT_FLASHMLA_SPARSE_H */

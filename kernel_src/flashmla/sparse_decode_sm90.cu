@@ -20,6 +20,8 @@ namespace sparse {
 struct DecodeFamily90 {
     using Params = SparseDecodeParams;
     static constexpr bool kFp8 = true;
+    static constexpr int kRowBytes = kKvRowBytes;
+    __device__ static bool prefetch(const Params &p) { return p.l2_prefetch != 0; }
     __device__ static int count(const Params &p, int t) { return entry_count(p, t / p.s_q); }
     __device__ static const int *list(const Params &p, int t) {
         return p.indices + (long long)(t / p.s_q) * p.i_stride_b +

@@ -20,6 +20,8 @@ namespace sparse {
 struct PrefillFamily90 {
     using Params = SparsePrefillParams;
     static constexpr bool kFp8 = false;
+    static constexpr int kRowBytes = 576 * 2;
+    __device__ static bool prefetch(const Params &p) { return p.l2_prefetch != 0; }
     __device__ static int count(const Params &p, int t) { return entry_count(p, t); }
     __device__ static const int *list(const Params &p, int t) {
         return p.indices + (long long)t * p.i_stride_s;

@@ -9,6 +9,7 @@
 //   kv_row(p, idx)                                        KV row address, null when idx is invalid
 //   any(p)                                                a readable address (zero-fill source)
 //   store(p, o, st, token, m)                             the outputs of the CTA's rows
+//   prefetch(p), kRowBytes                                rows prefetched to L2, their size
 // Same math as the portable kernels (sparse_attn.cuh); results agree up to fp32 summation order.
 //
 // CTA: 256 threads, warpgroups 0 and 1 over the 64 query rows (heads [64 m, 64 m + 64) of the
@@ -197,8 +198,8 @@ __device__ __forceinline__ void scale_mask_words(float (&s)[8][4], const unsigne
 }
 
 // Issues S (+)= Q K^T over pieces [kLo, kHi) of the tile in buf (4 wgmma.m64n64k16 a piece, Q
-// from shared memory; the first product of piece 0 overwrites S). Not committed.
-template <int kLo, int kHi>
+// from shared memory; with kFirst the first product overwrites S). Not committed.
+template <int kLo, int kHi, bool kFirst = kLo == 0>
 __device__ __forceinline__ void qk_pieces(float (&s)[8][4], unsigned q, unsigned buf) {
     unsigned long long qd = wgmma_desc_sw128(q, 16, 1024), kd = wgmma_desc_sw128(buf, 16, 1024);
     sm90::opaque(qd), sm90::opaque(kd);
@@ -207,11 +208,13 @@ __device__ __forceinline__ void qk_pieces(float (&s)[8][4], unsigned q, unsigned
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             const unsigned off = (pc * kPieceBytes + k * 32) >> 4;
-            wgmma_m64n64k16_ss<false, 0>(s, qd + off, kd + off, pc + k > 0);
+            wgmma_m64n64k16_ss<false, 0>(s, qd + off, kd + off, !kFirst || pc > kLo || k > 0);
         }
 }
 
-// Issues S += Q_rope K_rope^T (piece 8; Q's RoPE columns from registers, q8). Not committed.
+// Issues S (+)= Q_rope K_rope^T (piece 8; Q's RoPE columns from registers, q8; with kFirst the
+// first product overwrites S). Not committed.
+template <bool kFirst = false>
 __device__ __forceinline__ void qk_rope(float (&s)[8][4], const unsigned (&q8)[4][4],
                                         unsigned buf) {
     unsigned long long kd = wgmma_desc_sw128(buf, 16, 1024);
@@ -219,18 +222,18 @@ __device__ __forceinline__ void qk_rope(float (&s)[8][4], const unsigned (&q8)[4
 #pragma unroll
     for (int k = 0; k < 4; k++)
         wgmma_m64n64k16_rs<false, 0>(
-            s, q8[k], kd + (((sm90::kPieces - 1) * kPieceBytes + k * 32) >> 4), 1);
+            s, q8[k], kd + (((sm90::kPieces - 1) * kPieceBytes + k * 32) >> 4), !kFirst || k > 0);
 }
 
 // Waits for the tile in buf (both shares, phase `parity`; !loaded: the last pair of an odd count
 // has no tile b, and warpgroup 1 then computes a product on whatever K1 holds, which is not used,
 // so that each warpgroup has one call site; K1 is then not written, as warpgroup 0 may still be
 // reading its V_L), then returns with S = Q K^T complete.
-// fp8 rows: the column groups are dequantized one after the other, each made visible to the
-// warpgroup (fence, warpgroup barrier) and its products issued before the next group is
-// converted, so the conversion runs under the tensor cores. bf16 rows: both shares, then the
-// products (waits between the products made ptxas serialize them here, C7520). The warpgroup
-// barrier before the first product also orders the tile's validity words.
+// fp8 rows: the RoPE products first (that piece needs no conversion), then the column groups are
+// dequantized one after the other, each made visible to the warpgroup (fence, warpgroup barrier)
+// and its products issued before the next group is converted, so the conversion runs under the
+// tensor cores. bf16 rows: the products of pieces 0-3 start once warpgroup 0's share has landed.
+// A warpgroup barrier before the softmax reads them orders the tile's validity words.
 template <class F>
 __device__ __forceinline__ void prep_qk(float (&s)[8][4], const unsigned (&q8)[4][4], unsigned q,
                                         unsigned char *smem, int buf_off, unsigned bars,
@@ -246,12 +249,15 @@ __device__ __forceinline__ void prep_qk(float (&s)[8][4], const unsigned (&q8)[4
         float sc3[4];
         mbarrier_wait_parity(bars, wait_parity);
         mbarrier_wait_parity(bars + 8, wait_parity);
+        fence_proxy_async_shared();  // the RoPE piece (cp.async, seen through the mbarrier)
+        wgmma_fence();
+        qk_rope<true>(s, q8, buf);  // that piece needs no conversion
+        wgmma_commit_group();
         dequant_group<0>(t, wm, lane, sc3, loaded);
         fence_proxy_async_shared();
         named_barrier_sync(bar, kWgThreads);
         wgmma_fence();
-        qk_pieces<0, 2>(s, q, buf);
-        qk_rope(s, q8, buf);
+        qk_pieces<0, 2, false>(s, q, buf);
         wgmma_commit_group();
         dequant_group<1>(t, wm, lane, sc3, loaded);
         fence_proxy_async_shared();
@@ -273,16 +279,28 @@ __device__ __forceinline__ void prep_qk(float (&s)[8][4], const unsigned (&q8)[4
         wgmma_commit_group();
     } else {
         mbarrier_wait_parity(bars, wait_parity);
-        mbarrier_wait_parity(bars + 8, wait_parity);
-        fence_proxy_async_shared();  // cp.async data, seen through the mbarriers
+        fence_proxy_async_shared();  // cp.async data, seen through the mbarrier
         named_barrier_sync(bar, kWgThreads);
         wgmma_fence();
-        qk_pieces<0, 8>(s, q, buf);
+        qk_pieces<0, 4>(s, q, buf);
+        wgmma_commit_group();
+        mbarrier_wait_parity(bars + 8, wait_parity);
+        fence_proxy_async_shared();
+        wgmma_fence();
+        qk_pieces<4, 8>(s, q, buf);
         qk_rope(s, q8, buf);
         wgmma_commit_group();
     }
     wgmma_wait_group<0>();
     sm90::reg_fence(s);
+}
+
+// The L2 prefetch of a gathered row (one thread per row: even wt), for the tile after next of the
+// thread's warpgroup (F::prefetch): its cp.async a pair later then reads L2 instead of DRAM.
+template <class F>
+__device__ __forceinline__ void prefetch_row(const typename F::Params &p, int idx, int wt) {
+    const unsigned char *row = F::kv_row(p, idx);
+    if ((wt & 1) == 0 && row != nullptr) prefetch_l2_bulk(row, F::kRowBytes);
 }
 
 // Attention of the 64 rows (heads [64 m, +64)) of one token over its entries. smem: 1024-aligned.
@@ -323,10 +341,14 @@ __device__ __forceinline__ void attend_token(const typename F::Params &p, unsign
     unsigned pa[4][4], q8[4][4];
     unsigned phase[2] = {0, 0};
 
-    // Prologue: tiles 0 and 1, both shares, issued before the wait for Q.
+    // Prologue: tiles 0 and 1, both shares, issued before the wait for Q; the index of the row
+    // this thread prefetches for pair 1 (warpgroup 0 tile 2, warpgroup 1 tile 3) read with theirs.
+    const bool l2_prefetch = F::prefetch(p);
+    const int i_pf = l2_prefetch ? fetch_entry(list, (2 + wg) * kBlockN + (wt >> 1), n) : -1;
     if (n_tiles > 0) {
-        const unsigned char *ra = F::kv_row(p, fetch_entry(list, wt >> 1, n));
-        const unsigned char *rb = F::kv_row(p, fetch_entry(list, kBlockN + (wt >> 1), n));
+        const int i0 = fetch_entry(list, wt >> 1, n), i1 = fetch_entry(list, kBlockN + (wt >> 1), n);
+        const unsigned char *ra = F::kv_row(p, i0);
+        const unsigned char *rb = F::kv_row(p, i1);
         if (wg == 0) {
             write_mask(mask0, ra != nullptr, wt);
             load_share<F, 0>(p, k0, bar0, ra, wt);
@@ -339,6 +361,9 @@ __device__ __forceinline__ void attend_token(const typename F::Params &p, unsign
             }
         }
     }
+    // The rows of pair 1 to L2; pair j + 2's go during pair j (index read at the pair's top,
+    // prefetched after the pair's loads).
+    if (l2_prefetch) prefetch_row<F>(p, i_pf, wt);
     finish_q(base, q8);
 
     for (int it = 0; it < n_tiles; it += 2) {
@@ -347,6 +372,7 @@ __device__ __forceinline__ void attend_token(const typename F::Params &p, unsign
         // The next pair's rows, fetched a pair ahead of their loads.
         const int ia = fetch_entry(list, (it + 2) * kBlockN + (wt >> 1), n);
         const int ib = fetch_entry(list, (it + 3) * kBlockN + (wt >> 1), n);
+        const int ip = l2_prefetch ? fetch_entry(list, (it + 4 + wg) * kBlockN + (wt >> 1), n) : -1;
         if (wg == 0) {
             prep_qk<F>(s, q8, q, smem, kSmemK0, bar0, phase[0], wg, wm, lane);
             phase[0] ^= 1;
@@ -388,6 +414,7 @@ __device__ __forceinline__ void attend_token(const typename F::Params &p, unsign
                 write_mask(mask0, ra != nullptr, wt);
                 load_share<F, 0>(p, k0, bar0, ra, wt);
             }
+            if (l2_prefetch) prefetch_row<F>(p, ip, wt);
             scale_o(o, f);
             if (has_b) {
                 pv_remote<false>(o, kBarP1, base + kSmemP1, k1, 0);  // V1_L: K1 pieces 0-3
@@ -431,6 +458,7 @@ __device__ __forceinline__ void attend_token(const typename F::Params &p, unsign
                 named_barrier_arrive(kBarP0Free, 2 * kWgThreads);
                 load_share<F, 1>(p, k0, bar0, F::kv_row(p, ia), wt);  // V0_R consumed
             }
+            if (l2_prefetch) prefetch_row<F>(p, ip, wt);
             // beta = 2^(m_a - m_b) brings O_R and l to the pair's final max.
 #pragma unroll
             for (int h = 0; h < 2; h++) {
