@@ -196,7 +196,7 @@ mla_status mla__flash_sparse_decode(mla_runtime *rt, const mla_flash_with_kvcach
     MLA_FORWARD_IF_ERROR(check_call(rt, args, &d));
     mla__flashmla_sparse_decode_params p;
     fill_params(args, &d, &p);
-    p.l2_prefetch = !rt->flashmla_sparse_no_prefetch;
+    p.l2_prefetch = rt->flashmla_sparse_prefetch;
     const char *kind = mla__flashmla_sparse_kind(rt->arch, 0, 0,
                                                  rt->flashmla_decode_portable ? "portable" : NULL);
     mla__spec spec;

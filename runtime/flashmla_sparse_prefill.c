@@ -172,7 +172,7 @@ mla_status mla_flash_sparse_fwd(mla_runtime *runtime, const mla_flash_sparse_fwd
     MLA_FORWARD_IF_ERROR(check_call(runtime, args, &d));
     mla__flashmla_sparse_prefill_params p;
     fill_params(args, &d, &p);
-    p.l2_prefetch = !runtime->flashmla_sparse_no_prefetch;
+    p.l2_prefetch = runtime->flashmla_sparse_prefetch;
     /* The sm_90a kind's flat grid needs s_q * ceil(h_q / 64) <= 2^31 - 1 blocks. */
     const char *kind = mla__flashmla_sparse_kind(
         runtime->arch, 1, d.d_qk, runtime->flashmla_decode_portable ? "portable" : NULL);

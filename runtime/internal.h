@@ -300,8 +300,9 @@ struct mla_runtime {
     char no_device_reason[512];    /* why has_device is 0 */
     int flashmla_decode_portable;  /* $MLAJIT_FLASHMLA_DECODE was "portable" at create: the dense
                                       FlashMLA decode runs the portable kernel on sm_90a too */
-    int flashmla_sparse_no_prefetch; /* $MLAJIT_FLASHMLA_SPARSE_PREFETCH was "0" at create: the
-                                        sm_90a sparse kernels do not prefetch rows to L2 */
+    int flashmla_sparse_prefetch;  /* $MLAJIT_FLASHMLA_SPARSE_PREFETCH was "1" at create: the
+                                      sm_90a sparse kernels prefetch gathered rows to L2 (measured
+                                      slower; off by default) */
     pthread_mutex_t lock;          /* guards the table */
     pthread_mutex_t sources_lock;  /* guards sources */
     mla__table_slot *table;        /* open addressing, capacity a power of two */

@@ -136,11 +136,12 @@ static void resolve_flashmla_decode(mla_runtime *rt) {
                  "\"%s\": ignored", v);
 }
 
-/* $MLAJIT_FLASHMLA_SPARSE_PREFETCH, read here once: "0" turns off the L2 prefetch of gathered
- * rows in the sm_90a sparse decode and prefill (for comparisons); "1" or unset keeps it. */
+/* $MLAJIT_FLASHMLA_SPARSE_PREFETCH, read here once: "1" turns on the L2 prefetch of gathered
+ * rows in the sm_90a sparse decode and prefill (measured slower on the H200, docs/perf-notes.md;
+ * kept for comparisons); "0" or unset leaves it off. */
 static void resolve_flashmla_sparse_prefetch(mla_runtime *rt) {
     const char *v = env("MLAJIT_FLASHMLA_SPARSE_PREFETCH");
-    rt->flashmla_sparse_no_prefetch = v && !strcmp(v, "0");
+    rt->flashmla_sparse_prefetch = v && !strcmp(v, "1");
     if (v && strcmp(v, "0") && strcmp(v, "1"))
         mla__log(rt, MLA_LOG_WARN, "MLAJIT_FLASHMLA_SPARSE_PREFETCH: expected \"0\", \"1\" or "
                  "unset, got \"%s\": ignored", v);
