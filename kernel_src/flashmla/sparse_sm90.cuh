@@ -49,9 +49,10 @@ namespace sparse {
 namespace sm90s {
 
 constexpr int kPieceBytes = sm90::kPieceBytes;       // 8192: 64 rows x 128 bytes
-constexpr int kSmemMask = sm90::kSmemUsed;           // K0 words, then K1 words
-constexpr int kSmemUsedS = kSmemMask + 2 * 16;       // 230464
-constexpr int kSmemBytesS = kSmemUsedS + 1024;       // 231488
+constexpr int kSmemMask = sm90::kSmemBar + 2 * 2 * 8;  // after the 4 mbarriers: K0 words, K1 words
+constexpr int kSmemUsedS = kSmemMask + 2 * 16;         // 230464
+constexpr int kSmemBytesS = kSmemUsedS + 1024;         // 231488
+static_assert(kSmemBytesS == 231488, "runtime/flashmla_sparse.h MLA__FLASHMLA_SPARSE_SM90_SMEM");
 constexpr int kWgThreads = sm90::kWgThreads;
 static_assert(kSmemBytesS <= 232448, "fits the sm_90 shared memory of one CTA");
 static_assert(kSmemMask % 16 == 0, "validity words 16-byte aligned");
