@@ -26,6 +26,19 @@ mla_status mla__flashmla_sparse_decode_build(const mla__spec *spec, char *name_e
     return MLA_OK;
 }
 
+mla_status mla__flashmla_sparse_decode_sm90_build(const mla__spec *spec, char *name_expr,
+                                                  size_t size, mla__launch_info *launch) {
+    MLA_ARG_CHECK(spec->n_params == 0, "%s: expected no parameters, got %d (first: %s)",
+                  spec->kernel, spec->n_params, spec->n_params ? spec->params[0].name : "");
+    int n = snprintf(name_expr, size, "mla::flashmla::sparse::sparse_decode_sm90_kernel");
+    MLA_RETURN_ERROR_IF(n < 0 || (size_t)n >= size, MLA_ERR_INTERNAL,
+                        "%s: name expression buffer of %zu bytes too small", spec->kernel, size);
+    launch->threads = MLA__FLASHMLA_SPARSE_THREADS;
+    launch->dynamic_smem = MLA__FLASHMLA_SPARSE_SM90_SMEM;
+    launch->cluster = 1;
+    return MLA_OK;
+}
+
 /* Everything the checks learn about a call. */
 typedef struct sdims {
     int b, s_q, h_q, topk, page;
@@ -183,7 +196,11 @@ mla_status mla__flash_sparse_decode(mla_runtime *rt, const mla_flash_with_kvcach
     MLA_FORWARD_IF_ERROR(check_call(rt, args, &d));
     mla__flashmla_sparse_decode_params p;
     fill_params(args, &d, &p);
+    p.l2_prefetch = rt->flashmla_sparse_prefetch;
+    const char *kind = mla__flashmla_sparse_kind(rt->arch, 0, 0,
+                                                 rt->flashmla_decode_portable ? "portable" : NULL);
     mla__spec spec;
-    mla__spec_init(&spec, "flashmla_sparse_decode");
-    return mla__flashmla_sparse_launch(rt, &spec, (unsigned)(d.b * d.s_q), d.h_q, stream, &p);
+    mla__spec_init(&spec, kind);
+    return mla__flashmla_sparse_launch(rt, &spec, (unsigned)(d.b * d.s_q), d.h_q,
+                                       strcmp(kind, "flashmla_sparse_decode") != 0, stream, &p);
 }

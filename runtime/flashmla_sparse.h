@@ -19,6 +19,17 @@ mla_status mla__flashmla_sparse_decode_build(const struct mla__spec *spec, char 
                                              size_t size, struct mla__launch_info *launch);
 mla_status mla__flashmla_sparse_prefill_build(const struct mla__spec *spec, char *name_expr,
                                               size_t size, struct mla__launch_info *launch);
+/* "flashmla_sparse_decode_sm90", "flashmla_sparse_prefill_sm90" (no params): the wgmma kernels
+ * (kernel_src/flashmla/sparse_decode_sm90.cu, sparse_prefill_sm90.cu), launched on sm_90a only,
+ * on a flat grid (tokens * ceil(h_q / 64)). */
+mla_status mla__flashmla_sparse_decode_sm90_build(const struct mla__spec *spec, char *name_expr,
+                                                  size_t size, struct mla__launch_info *launch);
+mla_status mla__flashmla_sparse_prefill_sm90_build(const struct mla__spec *spec, char *name_expr,
+                                                   size_t size, struct mla__launch_info *launch);
+/* The kind a sparse call on arch runs: the sm_90a wgmma kind on sm_90a (the prefill for d_qk 576
+ * only) unless force is "portable" (the runtime's $MLAJIT_FLASHMLA_DECODE choice, read at
+ * mla_runtime_create; may be NULL), else the portable kind. prefill: 0 decode, 1 prefill. */
+const char *mla__flashmla_sparse_kind(const char *arch, int prefill, int d_qk, const char *force);
 
 /* mla_flash_with_kvcache and its shape helper when args->indices is set. */
 mla_status mla__flash_sparse_decode(mla_runtime *rt, const mla_flash_with_kvcache_args *args,
@@ -38,16 +49,17 @@ mla_status mla__flashmla_check_bf16_rows(const mla_runtime *rt, const DLTensor *
 mla_status mla__flashmla_check_optional_vector(const mla_runtime *rt, const DLTensor *t,
                                                const char *name, mla__dtype dtype, int64_t n,
                                                const char *what);
-/* Enters the runtime, loads the kernel of spec and launches it on grid (grid_x, ceil(h_q / 64))
- * with the parameter block params. */
+/* Enters the runtime, loads the kernel of spec and launches it on grid (grid_x, ceil(h_q / 64)),
+ * or (grid_x * ceil(h_q / 64)) when flat (the sm_90a kinds), with the parameter block params. */
 mla_status mla__flashmla_sparse_launch(mla_runtime *rt, const mla__spec *spec, unsigned grid_x,
-                                       int h_q, CUstream stream, void *params);
+                                       int h_q, int flat, CUstream stream, void *params);
 
 #define MLA__FLASHMLA_SPARSE_THREADS 256
 #define MLA__FLASHMLA_SPARSE_BLOCK_M 64            /* heads per CTA */
 #define MLA__FLASHMLA_SPARSE_DECODE_SMEM 198656    /* sparse_decode.cu kDecSmemBytes */
 #define MLA__FLASHMLA_SPARSE_PREFILL_SMEM_576 230400 /* sparse_prefill.cu PrefillSmem<576> */
 #define MLA__FLASHMLA_SPARSE_PREFILL_SMEM_512 205824 /* PrefillSmem<512> */
+#define MLA__FLASHMLA_SPARSE_SM90_SMEM 231488      /* sparse_sm90.cuh kSmemBytesS */
 #define MLA__FLASHMLA_SPARSE_ROW_BYTES 656         /* fp8 cache row: 512 e4m3, 4 fp32, 64 bf16 */
 
 typedef struct mla__flashmla_sparse_decode_params {
@@ -63,6 +75,7 @@ typedef struct mla__flashmla_sparse_decode_params {
     long long num_slots;
     int b, s_q, h_q, topk, page_size;
     float scale_log2;
+    int l2_prefetch;
 } mla__flashmla_sparse_decode_params;
 
 typedef struct mla__flashmla_sparse_prefill_params {
@@ -78,10 +91,11 @@ typedef struct mla__flashmla_sparse_prefill_params {
     int s_q, h_q, topk, s_kv;
     float scale_log2;
     int natural_log;
+    int l2_prefetch;
 } mla__flashmla_sparse_prefill_params;
 
-_Static_assert(sizeof(mla__flashmla_sparse_decode_params) == 160, "mirror of SparseDecodeParams");
-_Static_assert(sizeof(mla__flashmla_sparse_prefill_params) == 136,
+_Static_assert(sizeof(mla__flashmla_sparse_decode_params) == 168, "mirror of SparseDecodeParams");
+_Static_assert(sizeof(mla__flashmla_sparse_prefill_params) == 144,
                "mirror of SparsePrefillParams");
 
 #endif /* MLAJIT_FLASHMLA_SPARSE_H */

@@ -1,8 +1,18 @@
 /* Argument checks and the launch the FlashMLA-compatible sparse entry points share
  * (runtime/flashmla_sparse.c, runtime/flashmla_sparse_prefill.c; the args check also serves
  * runtime/flashmla_decode.c). */
+#include <string.h>
+
 #include "runtime/flashmla_sparse.h"
 #include "runtime/internal.h"
+
+const char *mla__flashmla_sparse_kind(const char *arch, int prefill, int d_qk, const char *force) {
+    int portable = force && !strcmp(force, "portable");
+    const char *sm90 = prefill ? "flashmla_sparse_prefill_sm90" : "flashmla_sparse_decode_sm90";
+    const mla__kernel_kind *kind = mla__kernel_kind_find(sm90);
+    if (!portable && !strcmp(arch, kind->only_arch) && (!prefill || d_qk == 576)) return sm90;
+    return prefill ? "flashmla_sparse_prefill" : "flashmla_sparse_decode";
+}
 
 mla_status mla__flashmla_check_kvcache_args(const mla_flash_with_kvcache_args *a) {
     MLA_ARG_CHECK(a != NULL, "args: expected mla_flash_with_kvcache_args, got NULL");
@@ -35,12 +45,13 @@ mla_status mla__flashmla_check_optional_vector(const mla_runtime *rt, const DLTe
 }
 
 mla_status mla__flashmla_sparse_launch(mla_runtime *rt, const mla__spec *spec, unsigned grid_x,
-                                       int h_q, CUstream stream, void *params) {
+                                       int h_q, int flat, CUstream stream, void *params) {
     MLA_FORWARD_IF_ERROR(mla__runtime_enter(rt));
     const mla__kernel *k = NULL;
     MLA_FORWARD_IF_ERROR(mla__get_kernel(rt, spec, &k));
     unsigned head_blocks = (unsigned)((h_q + MLA__FLASHMLA_SPARSE_BLOCK_M - 1) /
                                       MLA__FLASHMLA_SPARSE_BLOCK_M);
     void *kargs[] = {params};
+    if (flat) return mla__launch(rt, k, grid_x * head_blocks, 1, 1, stream, kargs);
     return mla__launch(rt, k, grid_x, head_blocks, 1, stream, kargs);
 }

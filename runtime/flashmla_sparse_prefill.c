@@ -27,6 +27,20 @@ mla_status mla__flashmla_sparse_prefill_build(const mla__spec *spec, char *name_
     return MLA_OK;
 }
 
+mla_status mla__flashmla_sparse_prefill_sm90_build(const mla__spec *spec, char *name_expr,
+                                                   size_t size, mla__launch_info *launch) {
+    MLA_ARG_CHECK(spec->n_params == 0, "%s: expected no parameters (d_qk 576 only), got %d "
+                  "(first: %s)", spec->kernel, spec->n_params,
+                  spec->n_params ? spec->params[0].name : "");
+    int n = snprintf(name_expr, size, "mla::flashmla::sparse::sparse_prefill_sm90_kernel");
+    MLA_RETURN_ERROR_IF(n < 0 || (size_t)n >= size, MLA_ERR_INTERNAL,
+                        "%s: name expression buffer of %zu bytes too small", spec->kernel, size);
+    launch->threads = MLA__FLASHMLA_SPARSE_THREADS;
+    launch->dynamic_smem = MLA__FLASHMLA_SPARSE_SM90_SMEM;
+    launch->cluster = 1;
+    return MLA_OK;
+}
+
 void mla_flash_sparse_fwd_args_init(mla_flash_sparse_fwd_args *args) {
     memset(args, 0, sizeof *args);
     args->struct_size = sizeof *args;
@@ -158,8 +172,14 @@ mla_status mla_flash_sparse_fwd(mla_runtime *runtime, const mla_flash_sparse_fwd
     MLA_FORWARD_IF_ERROR(check_call(runtime, args, &d));
     mla__flashmla_sparse_prefill_params p;
     fill_params(args, &d, &p);
+    p.l2_prefetch = runtime->flashmla_sparse_prefetch;
+    /* The sm_90a kind's flat grid needs s_q * ceil(h_q / 64) <= 2^31 - 1 blocks. */
+    const char *kind = mla__flashmla_sparse_kind(
+        runtime->arch, 1, d.d_qk, runtime->flashmla_decode_portable ? "portable" : NULL);
+    const int flat = strcmp(kind, "flashmla_sparse_prefill") != 0 &&
+                     (long long)d.s_q * ((d.h_q + 63) / 64) <= 0x7fffffffLL;
     mla__spec spec;
-    mla__spec_init(&spec, "flashmla_sparse_prefill");
-    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "d_qk", d.d_qk));
-    return mla__flashmla_sparse_launch(runtime, &spec, (unsigned)d.s_q, d.h_q, stream, &p);
+    mla__spec_init(&spec, flat ? kind : "flashmla_sparse_prefill");
+    if (!flat) MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "d_qk", d.d_qk));
+    return mla__flashmla_sparse_launch(runtime, &spec, (unsigned)d.s_q, d.h_q, flat, stream, &p);
 }

@@ -306,6 +306,9 @@ struct mla_runtime {
     int fakequant_prefill_rows;     /* warps and rows per warp (4/16, 8/16, 4/32); 0: default */
     int fakequant_decode_fp32;     /* $MLAJIT_FAKEQUANT_DECODE was "fp32" at create: the fake-quant
                                       decode runs decode.cu, not the tensor-core decode_mma.cu */
+    int flashmla_sparse_prefetch;  /* $MLAJIT_FLASHMLA_SPARSE_PREFETCH was "1" at create: the
+                                      sm_90a sparse kernels prefetch gathered rows to L2 (measured
+                                      slower; off by default) */
     pthread_mutex_t lock;          /* guards the table */
     pthread_mutex_t sources_lock;  /* guards sources */
     mla__table_slot *table;        /* open addressing, capacity a power of two */

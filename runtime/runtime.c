@@ -165,6 +165,17 @@ static void resolve_fakequant_decode(mla_runtime *rt) {
                  "\"%s\": ignored", v);
 }
 
+/* $MLAJIT_FLASHMLA_SPARSE_PREFETCH, read here once: "1" turns on the L2 prefetch of gathered
+ * rows in the sm_90a sparse decode and prefill (measured slower on the H200, docs/perf-notes.md;
+ * kept for comparisons); "0" or unset leaves it off. */
+static void resolve_flashmla_sparse_prefetch(mla_runtime *rt) {
+    const char *v = env("MLAJIT_FLASHMLA_SPARSE_PREFETCH");
+    rt->flashmla_sparse_prefetch = v && !strcmp(v, "1");
+    if (v && strcmp(v, "0") && strcmp(v, "1"))
+        mla__log(rt, MLA_LOG_WARN, "MLAJIT_FLASHMLA_SPARSE_PREFETCH: expected \"0\", \"1\" or "
+                 "unset, got \"%s\": ignored", v);
+}
+
 /* Copies the options and resolves what they leave to the environment. */
 static mla_status apply_options(mla_runtime *rt, const mla_options *options) {
     mla_options_init(&rt->options);
@@ -191,6 +202,7 @@ static mla_status apply_options(mla_runtime *rt, const mla_options *options) {
     resolve_flashmla_decode(rt);
     resolve_fakequant_prefill(rt);
     resolve_fakequant_decode(rt);
+    resolve_flashmla_sparse_prefetch(rt);
     return MLA_OK;
 }
 

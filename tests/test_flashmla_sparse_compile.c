@@ -1,7 +1,8 @@
 /* Compile tests of the FlashMLA-compatible sparse kernels: the sparse decode and both sparse
  * prefill specializations (d_qk 576, 512) compile with NVRTC for sm_90a and sm_100a through the
- * library (mla__precompile, no GPU needed) and report the launch needs the runtime uses; spec
- * values outside the kinds' ranges are refused by the builders. */
+ * library (mla__precompile, no GPU needed), the sm_90a wgmma kinds for sm_90a, and report the
+ * launch needs the runtime uses; spec values outside the kinds' ranges are refused by the
+ * builders; the runtime's kind choice per target and $MLAJIT_FLASHMLA_DECODE value. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <stdio.h>
@@ -25,6 +26,8 @@ static compile_case cases[] = {
     {"sm_100a", "flashmla_sparse_decode", 0, MLA__FLASHMLA_SPARSE_DECODE_SMEM},
     {"sm_100a", "flashmla_sparse_prefill", 576, MLA__FLASHMLA_SPARSE_PREFILL_SMEM_576},
     {"sm_100a", "flashmla_sparse_prefill", 512, MLA__FLASHMLA_SPARSE_PREFILL_SMEM_512},
+    {"sm_90a", "flashmla_sparse_decode_sm90", 0, MLA__FLASHMLA_SPARSE_SM90_SMEM},
+    {"sm_90a", "flashmla_sparse_prefill_sm90", 0, MLA__FLASHMLA_SPARSE_SM90_SMEM},
 };
 
 ParameterizedTestParameters(flashmla_sparse_compile, every_spec) {
@@ -78,6 +81,8 @@ static bad_spec bad[] = {
     {"flashmla_sparse_prefill", 0, "", 0, "d_qk"},
     {"flashmla_sparse_prefill", 1, "head_dim", 576, "d_qk"},
     {"flashmla_sparse_decode", 1, "d_qk", 576, "no parameters"},
+    {"flashmla_sparse_decode_sm90", 1, "d_qk", 576, "no parameters"},
+    {"flashmla_sparse_prefill_sm90", 1, "d_qk", 576, "no parameters"},
 };
 
 ParameterizedTestParameters(flashmla_sparse_compile, bad_specs) {
@@ -96,4 +101,24 @@ ParameterizedTest(bad_spec *b, flashmla_sparse_compile, bad_specs) {
     cr_expect(s == MLA_ERR_INVALID_ARGUMENT && strstr(mla_last_error(), b->want),
               "%s (%s=%d): expected MLA_ERR_INVALID_ARGUMENT naming \"%s\", got %s: %s",
               b->kernel, b->name, b->value, b->want, mla_status_string(s), mla_last_error());
+}
+
+/* Which kind a sparse call runs: the wgmma kinds on sm_90a only (the prefill for d_qk 576 only),
+ * the portable ones when forced and on every other target. */
+Test(flashmla_sparse_compile, kind_choice) {
+    struct { const char *arch; int prefill, d_qk; const char *force, *want; } k[] = {
+        {"sm_90a", 0, 0, NULL, "flashmla_sparse_decode_sm90"},
+        {"sm_90a", 0, 0, "portable", "flashmla_sparse_decode"},
+        {"sm_100a", 0, 0, NULL, "flashmla_sparse_decode"},
+        {"sm_90a", 1, 576, NULL, "flashmla_sparse_prefill_sm90"},
+        {"sm_90a", 1, 512, NULL, "flashmla_sparse_prefill"},
+        {"sm_90a", 1, 576, "portable", "flashmla_sparse_prefill"},
+        {"sm_100a", 1, 576, NULL, "flashmla_sparse_prefill"},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        const char *got = mla__flashmla_sparse_kind(k[i].arch, k[i].prefill, k[i].d_qk, k[i].force);
+        cr_expect(!strcmp(got, k[i].want), "%s prefill %d d_qk %d force %s: got %s, expected %s",
+                  k[i].arch, k[i].prefill, k[i].d_qk, k[i].force ? k[i].force : "(none)", got,
+                  k[i].want);
+    }
 }

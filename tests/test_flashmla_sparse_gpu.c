@@ -8,7 +8,12 @@
  * attn_sink (with +-inf entries) and topk_length on and off; a token whose entries are all invalid;
  * invalid entries -1, -123456, 2147480000 and s_kv; every cache / kv slot no entry names holds NaN,
  * and outputs start as NaN. Decode scales are powers of two (FlashMLA's quant.py), so the
- * dequantized cache is exact. Reproduce a failure with MLAJIT_TEST_SEED=<seed from the message>. */
+ * dequantized cache is exact. Where the runtime picks an sm_90a wgmma kind (the decode, the prefill
+ * at d_qk 576, on an H100/H200), each case runs twice on the same inputs: on the wgmma kernel
+ * ("[sm90]" in messages), then on the portable one through a second runtime created with
+ * MLAJIT_FLASHMLA_DECODE=portable ("[portable]"), outputs poisoned again in between; after each
+ * run the runtime's kernel table must hold the kind that run was meant to use and not the other.
+ * Reproduce a failure with MLAJIT_TEST_SEED=<seed from the message>. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <math.h>
@@ -19,6 +24,8 @@
 #include "mlajit/flashmla.h"
 #include "ref/flashmla_ref.h"
 #include "ref/flashmla_sparse_ref.h"
+#include "runtime/flashmla_sparse.h"
+#include "runtime/internal.h"
 #include "util/gpu.h"
 
 /* ---- shared helpers --------------------------------------------------------------------------- */
@@ -67,6 +74,54 @@ static void compare(const char *name, const char *what, const double *got, const
         CUresult r_ = (call);                                                                    \
         cr_assert(r_ == CUDA_SUCCESS, "%s: %s: %s", name, #call, mlt_cu_name(rt, r_));           \
     } while (0)
+
+/* A GPU runtime created with $MLAJIT_FLASHMLA_DECODE set to value (unset for NULL), which the
+ * runtime reads at creation only; the variable is restored before returning. 0 without a GPU. */
+static int runtime_with_decode_env(const char *value, mla_runtime **rt) {
+    static const char name[] = "MLAJIT_FLASHMLA_DECODE";
+    const char *old = getenv(name);
+    char *saved = old ? strdup(old) : NULL;
+    cr_assert(!old || saved, "out of host memory");
+    cr_assert((value ? setenv(name, value, 1) : unsetenv(name)) == 0, "set %s", name);
+    int ok = mlt_gpu_runtime(rt);
+    cr_assert((saved ? setenv(name, saved, 1) : unsetenv(name)) == 0, "restore %s", name);
+    free(saved);
+    return ok;
+}
+
+/* Kernels of kind loaded in rt (its kernel table). */
+static int loaded_of_kind(const mla_runtime *rt, const char *kind) {
+    int n = 0;
+    for (size_t i = 0; i < rt->table_cap; i++)
+        if (rt->table[i].kernel && !strcmp(rt->table[i].spec.kernel, kind)) n++;
+    return n;
+}
+
+/* rt ran kind want and never the other kind of the pair (portable, sm90). */
+static void assert_kind(const mla_runtime *rt, const char *name, const char *want,
+                        const char *portable, const char *sm90, const char *what) {
+    const char *other = strcmp(want, portable) ? portable : sm90;
+    cr_assert(loaded_of_kind(rt, want) >= 1 && loaded_of_kind(rt, other) == 0, "%s%s: expected "
+              "%s only, the runtime loaded %d %s and %d %s kernels", name, what, want,
+              loaded_of_kind(rt, want), want, loaded_of_kind(rt, other), other);
+}
+
+/* The runs of a case: the default runtime, then (where it picked the wgmma kind) a portable one.
+ * Returns the number of runs (1 or 2) and fills rts / kinds / whats. */
+static int case_runtimes(mla_runtime *rt, int prefill, int d_qk, mla_runtime **rts,
+                         const char **kinds, const char **whats) {
+    const char *kind = mla__flashmla_sparse_kind(rt->arch, prefill, d_qk, NULL);
+    const char *portable = prefill ? "flashmla_sparse_prefill" : "flashmla_sparse_decode";
+    rts[0] = rt, kinds[0] = kind, whats[0] = "";
+    if (!strcmp(kind, portable)) return 1;
+    whats[0] = " [sm90]";
+    cr_assert(runtime_with_decode_env("portable", &rts[1]) && rts[1] != rt,
+              "a second runtime with MLAJIT_FLASHMLA_DECODE=portable: %s", mla_last_error());
+    cr_assert(rts[1]->flashmla_decode_portable, "MLAJIT_FLASHMLA_DECODE=portable at creation "
+              "must force the portable kernels");
+    kinds[1] = portable, whats[1] = " [portable]";
+    return 2;
+}
 
 /* ---- sparse decode ---------------------------------------------------------------------------- */
 
@@ -156,7 +211,9 @@ ParameterizedTestParameters(flashmla_sparse_gpu, decode) {
 
 ParameterizedTest(dec_case *c, flashmla_sparse_gpu, decode) {
     mla_runtime *rt = NULL;
-    if (!mlt_gpu_runtime(&rt)) cr_skip_test("no CUDA device");
+    if (!runtime_with_decode_env(NULL, &rt)) cr_skip_test("no CUDA device");
+    cr_assert(!rt->flashmla_decode_portable, "a runtime created without MLAJIT_FLASHMLA_DECODE "
+              "forces the portable kernels");
     uint64_t seed = mlt_seed();
     mlt_rng r;
     mlt_rng_init(&r, seed);
@@ -178,8 +235,6 @@ ParameterizedTest(dec_case *c, flashmla_sparse_gpu, decode) {
     CU_OK(rt, mlt_upload(rt, di, d.idx, ni * 4), c->name);
     CU_OK(rt, mlt_upload(rt, dt, d.tlen, (size_t)c->b * 4), c->name);
     CU_OK(rt, mlt_upload(rt, ds, d.sink, (size_t)c->h_q * 4), c->name);
-    CU_OK(rt, mlt_fill(rt, dout, 0xFF, no * 2), c->name);
-    CU_OK(rt, mlt_fill(rt, dlse, 0xFF, nl * 4), c->name);
     mlt_tensor q, k, idx, tl, sk, out, lse;
     int64_t qs[4] = {c->b, c->s_q, c->h_q, 576}, ks[4] = {d.num_blocks, c->page, 1, 656};
     int64_t is[3] = {c->b, c->s_q, c->topk}, bs[1] = {c->b}, hs[1] = {c->h_q};
@@ -198,18 +253,10 @@ ParameterizedTest(dec_case *c, flashmla_sparse_gpu, decode) {
     a.out = &out.t, a.softmax_lse = &lse.t;
     if (c->sink) a.attn_sink = &sk.t;
     if (c->topk_length) a.topk_length = &tl.t;
-    mla_status s = mla_flash_with_kvcache(rt, &a, NULL);
-    cr_assert(s == MLA_OK, "%s: mla_flash_with_kvcache: %s: %s", c->name, mla_status_string(s),
-              mla_last_error());
-    CU_OK(rt, mlt_sync(rt), c->name);
     uint16_t *ho = malloc(no * 2);
     float *hl = malloc(nl * 4);
     double *go = malloc(no * 8), *wo = malloc(no * 8), *gl = malloc(nl * 8), *wl = malloc(nl * 8);
     cr_assert(ho && hl && go && wo && gl && wl, "%s: malloc", c->name);
-    CU_OK(rt, mlt_download(rt, ho, dout, no * 2), c->name);
-    CU_OK(rt, mlt_download(rt, hl, dlse, nl * 4), c->name);
-    for (size_t x = 0; x < no; x++) go[x] = mlr_flashmla_bf16_to_f64(ho[x]);
-    for (size_t x = 0; x < nl; x++) gl[x] = hl[x];
     mlr_sparse_decode_problem p = {
         .b = c->b, .s_q = c->s_q, .h_q = c->h_q, .topk = c->topk, .page_size = c->page,
         .num_blocks = d.num_blocks, .q = d.q,
@@ -220,9 +267,30 @@ ParameterizedTest(dec_case *c, flashmla_sparse_gpu, decode) {
         .softmax_scale = (double)a.softmax_scale, .threads = 0,
     };
     mlr_flashmla_sparse_decode(&p, wo, wl);
-    compare(c->name, "out", go, wo, no, 1e-3, MLR_FLASHMLA_OUT_REL, MLR_FLASHMLA_OUT_COS, seed);
-    compare(c->name, "softmax_lse", gl, wl, nl, MLR_FLASHMLA_LSE_ABS, MLR_FLASHMLA_LSE_REL, -1,
-            seed);
+    mla_runtime *rts[2];
+    const char *kinds[2], *whats[2];
+    const int runs = case_runtimes(rt, 0, 0, rts, kinds, whats);
+    for (int v = 0; v < runs; v++) {
+        char name[96];
+        snprintf(name, sizeof name, "%s%s", c->name, whats[v]);
+        /* Both runtimes share the device's primary context, so the buffers serve both. */
+        CU_OK(rt, mlt_fill(rt, dout, 0xFF, no * 2), name);
+        CU_OK(rt, mlt_fill(rt, dlse, 0xFF, nl * 4), name);
+        mla_status s = mla_flash_with_kvcache(rts[v], &a, NULL);
+        cr_assert(s == MLA_OK, "%s: mla_flash_with_kvcache: %s: %s", name, mla_status_string(s),
+                  mla_last_error());
+        CU_OK(rt, mlt_sync(rt), name);
+        assert_kind(rts[v], name, kinds[v], "flashmla_sparse_decode",
+                    "flashmla_sparse_decode_sm90", "");
+        CU_OK(rt, mlt_download(rt, ho, dout, no * 2), name);
+        CU_OK(rt, mlt_download(rt, hl, dlse, nl * 4), name);
+        for (size_t x = 0; x < no; x++) go[x] = mlr_flashmla_bf16_to_f64(ho[x]);
+        for (size_t x = 0; x < nl; x++) gl[x] = hl[x];
+        compare(name, "out", go, wo, no, 1e-3, MLR_FLASHMLA_OUT_REL, MLR_FLASHMLA_OUT_COS, seed);
+        compare(name, "softmax_lse", gl, wl, nl, MLR_FLASHMLA_LSE_ABS, MLR_FLASHMLA_LSE_REL, -1,
+                seed);
+    }
+    if (runs == 2) mla_runtime_destroy(rts[1]);
     free(ho), free(hl), free(go), free(wo), free(gl), free(wl);
     CUdeviceptr all[] = {dk, dq, di, dt, ds, dout, dlse};
     for (int x = 0; x < 7; x++) mlt_free(rt, all[x]);
@@ -254,7 +322,7 @@ ParameterizedTestParameters(flashmla_sparse_gpu, prefill) {
 
 ParameterizedTest(pre_case *c, flashmla_sparse_gpu, prefill) {
     mla_runtime *rt = NULL;
-    if (!mlt_gpu_runtime(&rt)) cr_skip_test("no CUDA device");
+    if (!runtime_with_decode_env(NULL, &rt)) cr_skip_test("no CUDA device");
     uint64_t seed = mlt_seed();
     mlt_rng r;
     mlt_rng_init(&r, seed);
@@ -299,9 +367,6 @@ ParameterizedTest(pre_case *c, flashmla_sparse_gpu, prefill) {
     CU_OK(rt, mlt_upload(rt, di, idx, ni * 4), c->name);
     CU_OK(rt, mlt_upload(rt, dt, tlen, (size_t)c->s_q * 4), c->name);
     CU_OK(rt, mlt_upload(rt, ds, sink, (size_t)c->h_q * 4), c->name);
-    CU_OK(rt, mlt_fill(rt, dout, 0xFF, no * 2), c->name);
-    CU_OK(rt, mlt_fill(rt, dml, 0xFF, ns * 4), c->name);
-    CU_OK(rt, mlt_fill(rt, dlse, 0xFF, ns * 4), c->name);
     mlt_tensor tq, tkv, ti, tt, ts, to, tml, tl;
     int64_t qs[3] = {c->s_q, c->h_q, d}, ks[3] = {c->s_kv, 1, d}, is[3] = {c->s_q, 1, c->topk};
     int64_t ss[1] = {c->s_q}, hs[1] = {c->h_q}, os[3] = {c->s_q, c->h_q, 512};
@@ -321,20 +386,11 @@ ParameterizedTest(pre_case *c, flashmla_sparse_gpu, prefill) {
     a.out = &to.t, a.max_logits = &tml.t, a.lse = &tl.t;
     if (c->sink) a.attn_sink = &ts.t;
     if (c->topk_length) a.topk_length = &tt.t;
-    mla_status s = mla_flash_sparse_fwd(rt, &a, NULL);
-    cr_assert(s == MLA_OK, "%s: mla_flash_sparse_fwd: %s: %s", c->name, mla_status_string(s),
-              mla_last_error());
-    CU_OK(rt, mlt_sync(rt), c->name);
     uint16_t *ho = malloc(no * 2);
     float *hm = malloc(ns * 4), *hl = malloc(ns * 4);
     double *go = malloc(no * 8), *wo = malloc(no * 8), *gm = malloc(ns * 8), *wm = malloc(ns * 8);
     double *gl = malloc(ns * 8), *wl = malloc(ns * 8);
     cr_assert(ho && hm && hl && go && wo && gm && wm && gl && wl, "%s: malloc", c->name);
-    CU_OK(rt, mlt_download(rt, ho, dout, no * 2), c->name);
-    CU_OK(rt, mlt_download(rt, hm, dml, ns * 4), c->name);
-    CU_OK(rt, mlt_download(rt, hl, dlse, ns * 4), c->name);
-    for (size_t x = 0; x < no; x++) go[x] = mlr_flashmla_bf16_to_f64(ho[x]);
-    for (size_t x = 0; x < ns; x++) gm[x] = hm[x], gl[x] = hl[x];
     mlr_sparse_prefill_problem p = {
         .s_q = c->s_q, .h_q = c->h_q, .d_qk = d, .topk = c->topk, .s_kv = c->s_kv, .q = q,
         .q_stride = {(int64_t)c->h_q * d, d}, .kv = kv, .kv_stride = d, .indices = idx,
@@ -343,10 +399,32 @@ ParameterizedTest(pre_case *c, flashmla_sparse_gpu, prefill) {
         .natural_log = c->natural_log, .threads = 0,
     };
     mlr_flashmla_sparse_prefill(&p, wo, wm, wl);
-    compare(c->name, "out", go, wo, no, MLR_FLASHMLA_OUT_ABS, MLR_FLASHMLA_OUT_REL,
-            MLR_FLASHMLA_OUT_COS, seed);
-    compare(c->name, "max_logits", gm, wm, ns, 1e-6, 2.01 / 65536, -1, seed);
-    compare(c->name, "lse", gl, wl, ns, 1e-6, 2.01 / 65536, -1, seed);
+    mla_runtime *rts[2];
+    const char *kinds[2], *whats[2];
+    const int runs = case_runtimes(rt, 1, d, rts, kinds, whats);
+    for (int v = 0; v < runs; v++) {
+        char name[96];
+        snprintf(name, sizeof name, "%s%s", c->name, whats[v]);
+        CU_OK(rt, mlt_fill(rt, dout, 0xFF, no * 2), name);
+        CU_OK(rt, mlt_fill(rt, dml, 0xFF, ns * 4), name);
+        CU_OK(rt, mlt_fill(rt, dlse, 0xFF, ns * 4), name);
+        mla_status s = mla_flash_sparse_fwd(rts[v], &a, NULL);
+        cr_assert(s == MLA_OK, "%s: mla_flash_sparse_fwd: %s: %s", name, mla_status_string(s),
+                  mla_last_error());
+        CU_OK(rt, mlt_sync(rt), name);
+        assert_kind(rts[v], name, kinds[v], "flashmla_sparse_prefill",
+                    "flashmla_sparse_prefill_sm90", "");
+        CU_OK(rt, mlt_download(rt, ho, dout, no * 2), name);
+        CU_OK(rt, mlt_download(rt, hm, dml, ns * 4), name);
+        CU_OK(rt, mlt_download(rt, hl, dlse, ns * 4), name);
+        for (size_t x = 0; x < no; x++) go[x] = mlr_flashmla_bf16_to_f64(ho[x]);
+        for (size_t x = 0; x < ns; x++) gm[x] = hm[x], gl[x] = hl[x];
+        compare(name, "out", go, wo, no, MLR_FLASHMLA_OUT_ABS, MLR_FLASHMLA_OUT_REL,
+                MLR_FLASHMLA_OUT_COS, seed);
+        compare(name, "max_logits", gm, wm, ns, 1e-6, 2.01 / 65536, -1, seed);
+        compare(name, "lse", gl, wl, ns, 1e-6, 2.01 / 65536, -1, seed);
+    }
+    if (runs == 2) mla_runtime_destroy(rts[1]);
     free(ho), free(hm), free(hl), free(go), free(wo), free(gm), free(wm), free(gl), free(wl);
     CUdeviceptr all[] = {dkv, dq, di, dt, ds, dout, dml, dlse};
     for (int x = 0; x < 8; x++) mlt_free(rt, all[x]);

@@ -45,6 +45,23 @@ __device__ __forceinline__ void load_row_async(unsigned tile, int r, int part,
         cp_async_16(tile + swz(r, c, Tile<kD>::kRowBytes), src + c * 16, valid);
 }
 
+// 16 e4m3 values of an fp8 cache row (sparse decode) times a float32 scale as 8 bf16 pairs (two
+// 16-byte chunks): the scale applied in float32, then rounded to bf16.
+__device__ __forceinline__ void dequant16(uint4 v, float scale, uint4 &lo, uint4 &hi) {
+    const unsigned w[4] = {v.x, v.y, v.z, v.w};
+    unsigned out[8];
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const uint2 h = e4m3x4_to_f16x4(w[q]);
+        const float2 a = __half22float2(*reinterpret_cast<const __half2 *>(&h.x));
+        const float2 b = __half22float2(*reinterpret_cast<const __half2 *>(&h.y));
+        out[2 * q] = pack2<false>(a.x * scale, a.y * scale);
+        out[2 * q + 1] = pack2<false>(b.x * scale, b.y * scale);
+    }
+    lo = make_uint4(out[0], out[1], out[2], out[3]);
+    hi = make_uint4(out[4], out[5], out[6], out[7]);
+}
+
 // ---- the attention step -----------------------------------------------------------------------
 
 // The factor the attention sink applies to a row's output: 1 / (1 + exp(sink - lse)), lse in

@@ -97,22 +97,6 @@ __device__ __forceinline__ void load_kv_tile(const SparseDecodeParams &p, unsign
         cp_async_16(stage + r * kKvRowBytes + c * 16, src + c * 16, valid);
 }
 
-// 16 e4m3 values times a float32 scale as 8 bf16 pairs (two 16-byte chunks).
-__device__ __forceinline__ void dequant16(uint4 v, float scale, uint4 &lo, uint4 &hi) {
-    const unsigned w[4] = {v.x, v.y, v.z, v.w};
-    unsigned out[8];
-#pragma unroll
-    for (int q = 0; q < 4; q++) {
-        const uint2 h = e4m3x4_to_f16x4(w[q]);
-        const float2 a = __half22float2(*reinterpret_cast<const __half2 *>(&h.x));
-        const float2 b = __half22float2(*reinterpret_cast<const __half2 *>(&h.y));
-        out[2 * q] = pack2<false>(a.x * scale, a.y * scale);
-        out[2 * q + 1] = pack2<false>(b.x * scale, b.y * scale);
-    }
-    lo = make_uint4(out[0], out[1], out[2], out[3]);
-    hi = make_uint4(out[4], out[5], out[6], out[7]);
-}
-
 // Turns the staged raw rows into the swizzled bf16 K tile: NoPE chunks c (16 e4m3 values, scale
 // c / 8) become bf16 chunks 2c, 2c + 1; the 8 RoPE chunks are copied to chunks 64..71.
 __device__ __forceinline__ void dequant_kv_tile(const unsigned char *stage, unsigned char *tile) {

@@ -22,8 +22,9 @@ struct SparseDecodeParams {
     long long num_slots;           // num_blocks * page: indices outside [0, num_slots) are invalid
     int b, s_q, h_q, topk, page_size;
     float scale_log2;              // softmax_scale * log2(e)
+    int l2_prefetch;               // sm_90a kernel: prefetch the rows of the pair after next to L2
 };
-static_assert(sizeof(SparseDecodeParams) == 160, "SparseDecodeParams must match the C mirror");
+static_assert(sizeof(SparseDecodeParams) == 168, "SparseDecodeParams must match the C mirror");
 
 // Sparse prefill (mla_flash_sparse_fwd).
 struct SparsePrefillParams {
@@ -42,8 +43,9 @@ struct SparsePrefillParams {
     int s_q, h_q, topk, s_kv;
     float scale_log2;              // sm_scale * log2(e)
     int natural_log;               // 1: max_logits and lse in natural log; 0: base 2
+    int l2_prefetch;               // sm_90a kernel: prefetch the rows of the pair after next to L2
 };
-static_assert(sizeof(SparsePrefillParams) == 136, "SparsePrefillParams must match the C mirror");
+static_assert(sizeof(SparsePrefillParams) == 144, "SparsePrefillParams must match the C mirror");
 
 }  // namespace flashmla
 }  // namespace mla

@@ -1,0 +1,56 @@
+// FlashMLA-compatible sparse decode over the fp8 cache of 656-byte rows, sm_90a path: the wgmma
+// pipeline of sparse_sm90.cuh (the dense decode's two warpgroups on alternate tiles) with the
+// gathered rows staged by cp.async and dequantized in shared memory. Same math, buffers and
+// outputs as the portable kernel (sparse_decode.cu, whose loads' addressing, entry count and
+// stores this file reuses); results agree up to fp32 summation order. No template parameters
+// (one specialization, "flashmla_sparse_decode_sm90", launched on sm_90a only).
+//
+// Grid (b * s_q * ceil(h_q / 64)): CTA x takes heads [64 m, +64), m = x % ceil(h_q / 64), of
+// token t = x / ceil(h_q / 64) (request t / s_q, query t % s_q): the head blocks of a token are
+// neighbours in launch order and share its gathered rows through L2. 256 threads, dynamic
+// shared memory sparse::sm90s::kSmemBytesS.
+
+#include "flashmla/sparse_decode.cu"
+#include "flashmla/sparse_sm90.cuh"
+
+namespace mla {
+namespace flashmla {
+namespace sparse {
+
+struct DecodeFamily90 {
+    using Params = SparseDecodeParams;
+    static constexpr bool kFp8 = true;
+    static constexpr int kRowBytes = kKvRowBytes;
+    __device__ static bool prefetch(const Params &p) { return p.l2_prefetch != 0; }
+    __device__ static int count(const Params &p, int t) { return entry_count(p, t / p.s_q); }
+    __device__ static const int *list(const Params &p, int t) {
+        return p.indices + (long long)(t / p.s_q) * p.i_stride_b +
+               (long long)(t % p.s_q) * p.i_stride_s;
+    }
+    __device__ static const unsigned char *q_row(const Params &p, int t, int h) {
+        if (h >= p.h_q) return nullptr;
+        return static_cast<const unsigned char *>(p.q) +
+               ((long long)(t / p.s_q) * p.q_stride_b + (long long)(t % p.s_q) * p.q_stride_s +
+                (long long)h * p.q_stride_h) * 2;
+    }
+    __device__ static const unsigned char *kv_row(const Params &p, int idx) {
+        return entry_row(p, idx);
+    }
+    __device__ static const void *any(const Params &p) { return p.k; }
+    __device__ static void store(const Params &p, const float (&o)[32][4], const RowState &st,
+                                 int t, int m) {
+        store_rows(p, o, st, t / p.s_q, t % p.s_q, m);
+    }
+};
+
+__global__ void __launch_bounds__(kThreads, 1)
+    sparse_decode_sm90_kernel(const __grid_constant__ SparseDecodeParams p) {
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+    const int nm = (p.h_q + kBlockM - 1) / kBlockM;
+    sm90s::attend_token<DecodeFamily90>(p, smem, blockIdx.x / nm, blockIdx.x % nm);
+}
+
+}  // namespace sparse
+}  // namespace flashmla
+}  // namespace mla
