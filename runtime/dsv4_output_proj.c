@@ -25,10 +25,9 @@
 #define OP_BM 64
 #define OP_BN_A 64
 #define OP_BN_B 32
-#define OP_STAGES_A 6       /* CfgA, CfgB pipeline stages (fp8 MMA: no converted tiles) */
-#define OP_STAGES_B 8
+#define OP_STAGES 4
 #define OP_STAGE_BYTES(bn) (OP_BM * 128 + OP_BM * 4 + (bn) * 128 + (bn) * 4)
-#define OP_SMEM_BYTES(bn) (((bn) == OP_BN_A ? OP_STAGES_A : OP_STAGES_B) * OP_STAGE_BYTES(bn))
+#define OP_SMEM_BYTES(bn) (OP_STAGES * OP_STAGE_BYTES(bn) + OP_BM * 256 + (bn) * 256)
 #define OP_QUANT_WARPS 4    /* units (token, head) per quantize item: a multiple of this */
 #define OP_QUANT_WAVES 4    /* aim at this many quantize items per SM */
 #define OP_KSLICES MLA__DSV4_OP_KSLICES /* most K slices per tile (split-K, one m-tile) */

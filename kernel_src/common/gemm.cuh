@@ -25,15 +25,6 @@
 // layout and multiplied from there. bf16 tiles are [rows][128] with 16-byte chunk c of row r
 // stored at chunk c ^ (r % 8) (conflict-free ldmatrix).
 //
-// With MmaKind::kFp8 (fp8 W, and fp8 A or kBf16Mxq A) nothing is dequantized: the raw e4m3 tiles
-// are stored in their stage swizzled like the bf16 tiles (16-byte chunk c of a 128-byte row r at
-// chunk c ^ (r % 8)), a kBf16Mxq A is quantized once per K-step into an e4m3 tile plus one ue8m0
-// scale word per row, and each warp runs, for each 32-wide K group j of the K-step in order, one
-// mma.sync.m16n8k32 e4m3 per (m16, n8) tile into a zeroed fp32 partial P, then
-// acc += P * 2^(ea + ew) with the group's A-row and W-row scales (exact: a power of two). The
-// products are the same exact products as the bf16 path's; only the fp32 summation differs (in
-// the tensor core within a group of 32, then one fma per group), in a fixed order.
-//
 // Use (inside any kernel whose block has exactly Cfg::kThreads threads, e.g. a persistent loop
 // over tiles): every thread calls mma_tile<Cfg>(ops, m0, n0, m_valid, smem, acc) with the same
 // arguments and Cfg::kSmemBytes bytes of 128-byte aligned shared memory; it returns with acc
@@ -69,24 +60,16 @@ __device__ __forceinline__ unsigned int dynamic_smem_bytes() {
 
 enum class AKind { kBf16, kBf16Mxq, kFp8 };
 enum class WKind { kFp8, kBf16 };
-// The MMA: bf16 m16n8k16 on operands dequantized (or mxq'd) to bf16 in shared memory, or e4m3
-// m16n8k32 straight on the fp8 bytes (MmaKind::kFp8: fp8 W and fp8 or mxq'd A only), each
-// 32-wide K group's fp32 partial times its two ue8m0 scales added to the accumulator.
-enum class MmaKind { kBf16, kFp8 };
 
 // Tile shape, warp grid, pipeline depth and operand kinds. Cfg::kSmemBytes is the shared memory
 // mma_tile needs.
 template <int kBM_, int kBN_, int kWarpsM_, int kWarpsN_, int kStages_, AKind kA_,
-          WKind kW_ = WKind::kFp8, MmaKind kMma_ = MmaKind::kBf16>
+          WKind kW_ = WKind::kFp8>
 struct Config {
     static constexpr int kBM = kBM_, kBN = kBN_, kWarpsM = kWarpsM_, kWarpsN = kWarpsN_;
     static constexpr int kStages = kStages_;
     static constexpr AKind kA = kA_;
     static constexpr WKind kW = kW_;
-    static constexpr MmaKind kMma = kMma_;
-    static constexpr bool kF8 = kMma == MmaKind::kFp8;
-    static_assert(!kF8 || (kW == WKind::kFp8 && kA != AKind::kBf16),
-                  "fp8 MMA: fp8 W and fp8 or mxq'd A");
     static constexpr int kBK = 128;                      // one SfAtom K-atom
     static constexpr int kThreads = kWarpsM * kWarpsN * 32;
     static constexpr int kWarpM = kBM / kWarpsM, kWarpN = kBN / kWarpsN;
@@ -102,13 +85,9 @@ struct Config {
     static constexpr int kWSfBytes = kW == WKind::kFp8 ? kBN * 4 : 0;
     static constexpr int kStageBytes = kARawBytes + kASfBytes + kWRawBytes + kWSfBytes;
     static_assert(kStageBytes % 128 == 0, "stages stay 128-byte aligned");
-    // The converted tiles the MMAs read: bf16 tiles of fp8 operands (bf16 operands are read in
-    // their stage); with the fp8 MMA only mxq(A) as e4m3 bytes and a scale word per row (fp8
-    // operands are read in their stage).
-    static constexpr int kATileBytes =
-        kF8 ? (kA == AKind::kBf16Mxq ? kBM * kBK + kBM * 4 : 0)
-            : (kA == AKind::kFp8 ? kBM * kBK * 2 : 0);
-    static constexpr int kWTileBytes = !kF8 && kW == WKind::kFp8 ? kBN * kBK * 2 : 0;
+    // The bf16 tiles the MMAs read (bf16 operands are read in their stage).
+    static constexpr int kATileBytes = kA == AKind::kFp8 ? kBM * kBK * 2 : 0;
+    static constexpr int kWTileBytes = kW == WKind::kFp8 ? kBN * kBK * 2 : 0;
     static constexpr int kSmemBytes = kStages * kStageBytes + kATileBytes + kWTileBytes;
 };
 
@@ -170,13 +149,6 @@ struct Accum {
 // Byte offset of 16-byte chunk c (0..15) of row r in a [rows][128] bf16 tile.
 __device__ __forceinline__ int tile_offset(int r, int c) { return (r * 16 + (c ^ (r & 7))) * 16; }
 
-// Byte offset of 16-byte chunk c (0..7) of row r in a raw fp8 [rows][128] tile: plain for the
-// dequantizing path, swizzled like tile_offset for the fp8 MMA (conflict-free ldmatrix).
-template <class Cfg>
-__device__ __forceinline__ int raw8_offset(int r, int c) {
-    return Cfg::kF8 ? (r * 8 + (c ^ (r & 7))) * 16 : r * 128 + c * 16;
-}
-
 template <class Cfg>
 struct Smem {
     unsigned char *base;
@@ -194,20 +166,14 @@ struct Smem {
         return reinterpret_cast<unsigned int *>(stage(s) + Cfg::kARawBytes + Cfg::kASfBytes +
                                                 Cfg::kWRawBytes);
     }
-    // The A tile the MMAs read: stage s itself for bf16 A (bf16 MMA) and fp8 A (fp8 MMA).
+    // The bf16 A tile the MMAs read: stage s itself for bf16 A.
     __device__ __forceinline__ unsigned char *a_tile(int s) const {
-        if constexpr (Cfg::kATileBytes > 0) return base + Cfg::kStages * Cfg::kStageBytes;
+        if constexpr (Cfg::kA == AKind::kFp8) return base + Cfg::kStages * Cfg::kStageBytes;
         return stage(s);
     }
-    // The A scale words the fp8 MMA reads (one per row, byte j for K columns 32j..32j+31).
-    __device__ __forceinline__ unsigned int *a_tile_sf(int s) const {
-        if constexpr (Cfg::kA == AKind::kBf16Mxq)
-            return reinterpret_cast<unsigned int *>(a_tile(s) + Cfg::kBM * Cfg::kBK);
-        return a_sf(s);
-    }
-    // The W tile the MMAs read: stage s itself for bf16 W and for the fp8 MMA.
+    // The bf16 W tile the MMAs read: stage s itself for bf16 W.
     __device__ __forceinline__ unsigned char *w_tile(int s) const {
-        if constexpr (Cfg::kWTileBytes > 0)
+        if constexpr (Cfg::kW == WKind::kFp8)
             return base + Cfg::kStages * Cfg::kStageBytes + Cfg::kATileBytes;
         return w_raw(s);
     }
@@ -227,7 +193,7 @@ __device__ __forceinline__ void load_stage(const Operands &op, const Smem<Cfg> &
         for (int i = tid; i < a_rows * 8; i += Cfg::kThreads) {
             const int r = i / 8, c = i % 8;
             const bool ok = r < m_valid;
-            mla::cp_async_16(sm.a_raw(s) + raw8_offset<Cfg>(r, c),
+            mla::cp_async_16(sm.a_raw(s) + r * 128 + c * 16,
                              a + (m0 + (ok ? r : 0)) * op.lda + k + c * 16, ok);
         }
         for (int r = tid; r < a_rows; r += Cfg::kThreads) {
@@ -247,7 +213,7 @@ __device__ __forceinline__ void load_stage(const Operands &op, const Smem<Cfg> &
     if constexpr (Cfg::kW == WKind::kFp8) {
         for (int i = tid; i < Cfg::kBN * 8; i += Cfg::kThreads) {
             const int r = i / 8, c = i % 8;
-            mla::cp_async_16(sm.w_raw(s) + raw8_offset<Cfg>(r, c),
+            mla::cp_async_16(sm.w_raw(s) + r * 128 + c * 16,
                              op.w + (n0 + r) * op.ldw + wk + c * 16, true);
         }
         for (int r = tid; r < Cfg::kBN; r += Cfg::kThreads)
@@ -305,87 +271,6 @@ __device__ __forceinline__ void mxq_tile(unsigned char *tile, int m_valid) {
     }
 }
 
-// mxq of the bf16 A tile's rows r < m_valid as e4m3 bytes (raw8_offset layout of the fp8 MMA)
-// and one scale word per row (byte j: K columns 32j..32j+31); the other rows up to rows_used
-// become zero (bytes and scales), so that no MMA reads stale shared memory. Lanes as mxq_tile:
-// a thread per 16-byte bf16 chunk (8 values), a lane quad per 32-wide group. The values are those
-// of mxq_tile: mxq is idempotent, so an already mxq'd A (qr) keeps its values exactly.
-template <class Cfg>
-__device__ __forceinline__ void mxq_tile_fp8(const unsigned char *tile, unsigned char *q8,
-                                             unsigned int *sf, int m_valid, int rows_used) {
-    const int rows = (m_valid + 1) / 2 * 2;               // whole warps of two rows
-    for (int i = (int)threadIdx.x; i < rows * 16; i += Cfg::kThreads) {
-        const int r = i / 16, c = i % 16;                 // columns 8c..8c+7
-        float v[8];
-        unpack_bf16x8(*reinterpret_cast<const uint4 *>(tile + tile_offset(r, c)), v);
-        unsigned int q[2];
-        const unsigned int e = fp8::quantize_group<32, 8>(v, q);
-        *reinterpret_cast<uint2 *>(q8 + raw8_offset<Cfg>(r, c / 2) + (c % 2) * 8) =
-            make_uint2(q[0], q[1]);
-        if (c % 4 == 0) reinterpret_cast<unsigned char *>(sf)[r * 4 + c / 4] = (unsigned char)e;
-    }
-    for (int i = rows * 8 + (int)threadIdx.x; i < rows_used * 8; i += Cfg::kThreads) {
-        *reinterpret_cast<uint4 *>(q8 + i * 16) = make_uint4(0u, 0u, 0u, 0u);
-        if (i % 8 == 0) sf[i / 8] = 0x7f7f7f7fu;          // scales 1
-    }
-}
-
-// The warp's fp8 MMAs over one 128-wide K-step: for each 32-wide group j in order, one
-// m16n8k32 e4m3 MMA per (m16, n8) tile into a zeroed partial, then acc += partial * 2^(ea + ew)
-// with the A row's and the W row's scales of group j (both ue8m0; the product of two powers of
-// two is exact). a8 / w8: raw8_offset tiles; a_sf / w_sf: one scale word per row.
-template <class Cfg>
-__device__ __forceinline__ void mma_step_fp8(const unsigned char *a8, const unsigned int *a_sf,
-                                             const unsigned char *w8, const unsigned int *w_sf,
-                                             Accum<Cfg> &acc) {
-    const int lane = (int)(threadIdx.x % 32);
-    const int wr = Accum<Cfg>::warp_row0(), wc = Accum<Cfg>::warp_col0();
-    unsigned int sa[Cfg::kMT][2], sw[Cfg::kNT][2];
-#pragma unroll
-    for (int mt = 0; mt < Cfg::kMT; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) sa[mt][h] = a_sf[wr + mt * 16 + lane / 4 + 8 * h];
-#pragma unroll
-    for (int nt = 0; nt < Cfg::kNT; ++nt)
-#pragma unroll
-        for (int j = 0; j < 2; ++j) sw[nt][j] = w_sf[wc + nt * 8 + 2 * (lane % 4) + j];
-#pragma unroll 2
-    for (int kk = 0; kk < Cfg::kBK / 32; ++kk) {
-        unsigned int a[Cfg::kMT][4], b[Cfg::kNT][2];
-#pragma unroll
-        for (int mt = 0; mt < Cfg::kMT; ++mt)
-            mla::ldmatrix_x4(a[mt], a8 + raw8_offset<Cfg>(wr + mt * 16 + (lane & 15),
-                                                          2 * kk + (lane >> 4)));
-#pragma unroll
-        for (int np = 0; np < Cfg::kNT / 2; ++np) {
-            unsigned int r[4];
-            const int n = wc + np * 16 + (lane & 7) + ((lane >> 4) << 3);
-            mla::ldmatrix_x4(r, w8 + raw8_offset<Cfg>(n, 2 * kk + ((lane >> 3) & 1)));
-            b[2 * np][0] = r[0], b[2 * np][1] = r[1];
-            b[2 * np + 1][0] = r[2], b[2 * np + 1][1] = r[3];
-        }
-        float fa[Cfg::kMT][2], fw[Cfg::kNT][2];
-#pragma unroll
-        for (int mt = 0; mt < Cfg::kMT; ++mt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) fa[mt][h] = fp8::ue8m0_decode((sa[mt][h] >> (8 * kk)) & 0xffu);
-#pragma unroll
-        for (int nt = 0; nt < Cfg::kNT; ++nt)
-#pragma unroll
-            for (int j = 0; j < 2; ++j) fw[nt][j] = fp8::ue8m0_decode((sw[nt][j] >> (8 * kk)) & 0xffu);
-#pragma unroll
-        for (int mt = 0; mt < Cfg::kMT; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < Cfg::kNT; ++nt) {
-                float t[4] = {0.f, 0.f, 0.f, 0.f};
-                mla::mma_e4m3_16832(t, a[mt], b[nt][0], b[nt][1]);
-#pragma unroll
-                for (int i = 0; i < 4; ++i)
-                    acc.c[mt][nt][i] = fmaf(t[i], fa[mt][i / 2] * fw[nt][i % 2], acc.c[mt][nt][i]);
-            }
-    }
-}
-
 // The warp's MMAs over one 128-wide K-step of the bf16 tiles.
 template <class Cfg>
 __device__ __forceinline__ void mma_step(const unsigned char *a_tile, const unsigned char *w_tile,
@@ -423,16 +308,6 @@ __device__ __forceinline__ void mma_step(const unsigned char *a_tile, const unsi
 template <class Cfg>
 __device__ __forceinline__ void convert_and_mma(const Smem<Cfg> &sm, int s, int m_valid,
                                                 Accum<Cfg> &acc) {
-    if constexpr (Cfg::kF8) {
-        if constexpr (Cfg::kA == AKind::kBf16Mxq) {
-            mxq_tile_fp8<Cfg>(sm.a_raw(s), sm.a_tile(s), sm.a_tile_sf(s), m_valid,
-                              a_rows_used<Cfg>(m_valid));
-            __syncthreads();                      // the fp8 A tile is complete
-        }
-        if (Accum<Cfg>::warp_row0() < m_valid)
-            mma_step_fp8<Cfg>(sm.a_tile(s), sm.a_tile_sf(s), sm.w_tile(s), sm.w_sf(s), acc);
-        return;
-    }
     if constexpr (Cfg::kA == AKind::kFp8)
         dequant_tile<Cfg::kThreads>(sm.a_raw(s), sm.a_sf(s), sm.a_tile(s),
                                     a_rows_used<Cfg>(m_valid));

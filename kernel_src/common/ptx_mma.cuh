@@ -36,19 +36,6 @@ __device__ __forceinline__ void mma_bf16_16816(float c[4], const unsigned a[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32: c += a * b (sm_89 and later). The
-// fragments hold 4 e4m3 bytes per register where m16n8k16 holds 2 bf16: A a0 (g, 4c..4c+3),
-// a1 (g+8, 4c..), a2 (g, 4c+16..), a3 (g+8, 4c+16..); B b0 (k 4c..4c+3, n g), b1 (k 4c+16..);
-// C as m16n8k16. So ldmatrix of 16-byte rows loads them exactly as it loads bf16 fragments.
-__device__ __forceinline__ void mma_e4m3_16832(float c[4], const unsigned a[4], unsigned b0,
-                                               unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // cp.async.cg.shared.global 16 bytes (L2 only); zero-fills the destination when !valid.
 __device__ __forceinline__ void cp_async_16(void *dst, const void *src, bool valid) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"

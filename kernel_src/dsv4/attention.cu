@@ -167,30 +167,16 @@ __device__ __forceinline__ void write_kv_row(unsigned char *cache, long long pag
 
 // The three GEMM kinds: 64 x 64 tiles, 2 x 4 warps of 32 x 16, as deep a cp.async pipeline as
 // fits the attention phase's shared memory (stages of 24,832 B, 32,768 B for bf16 W; at most
-// 165,376 B < 166,848 B: the gate GEMM's 5 stages; the fp8 ones 6 x 24,832 + the 8,448 B fp8 A
-// tile = 157,440 B), so that 4..5 K-steps of W are in flight per SM.
-//
-// The fp8 GEMMs run the fp8 MMA (gemm::MmaKind::kFp8): W's e4m3 bytes go from their pipeline
-// stage straight into m16n8k32 e4m3 MMAs, A is mxq'd into e4m3 bytes and scales once per K-step
-// (qr is already mxq'd: quantizing it again keeps its values), and each 32-wide K group's fp32
-// partial is scaled by its two ue8m0 scales: the MXFP8 product of spec §2.2 without converting
-// W. kFp8Mma = false returns to the bf16 MMA on dequantized W (same products, fp32 sums in
-// another order).
-constexpr bool kFp8Mma = true;
-constexpr gemm::MmaKind kMma8 = kFp8Mma ? gemm::MmaKind::kFp8 : gemm::MmaKind::kBf16;
-constexpr gemm::AKind kQrKind = kFp8Mma ? gemm::AKind::kBf16Mxq : gemm::AKind::kBf16;
-template <gemm::AKind kA, int kStages, gemm::WKind kW = gemm::WKind::kFp8,
-          gemm::MmaKind kMma = kMma8>
-using TileCfg = gemm::Config<64, 64, 2, 4, kStages, kA, kW, kMma>;
+// 165,376 B < 166,848 B), so that 4..5 K-steps of W are in flight per SM.
+template <gemm::AKind kA, int kStages, gemm::WKind kW = gemm::WKind::kFp8>
+using TileCfg = gemm::Config<64, 64, 2, 4, kStages, kA, kW>;
 using CfgQkv = TileCfg<gemm::AKind::kBf16Mxq, 6>;                    // mxq(x) @ Wd_qa^T, Wd_kv^T
-using CfgGate = TileCfg<gemm::AKind::kBf16, 5, gemm::WKind::kBf16,   // x @ wkv_gate^T
-                        gemm::MmaKind::kBf16>;
-using CfgQb = TileCfg<kQrKind, 6>;                                   // qr @ Wd_qb^T
+using CfgGate = TileCfg<gemm::AKind::kBf16, 5, gemm::WKind::kBf16>;  // x @ wkv_gate^T
+using CfgQb = TileCfg<gemm::AKind::kBf16, 6>;                        // qr @ Wd_qb^T
 // Phase 3 at T <= 64 (one m-tile): 64 x 128 tiles, 2 x 4 warps of 32 x 32, 4 stages (33,280 B
-// each + the 8,448 B fp8 A tile = 141,568 B; bf16 MMA: + the 32 KB bf16 W tile = 165,888 B):
-// half the tiles and K-steps per CTA of 64 x 64, each step twice the W; the same MMAs per
-// accumulator in the same order, so the same q bits.
-using CfgQbWide = gemm::Config<64, 128, 2, 4, 4, kQrKind, gemm::WKind::kFp8, kMma8>;
+// each + the 32 KB bf16 W tile = 165,888 B): half the tiles and K-steps per CTA of 64 x 64, each
+// step twice the W; the same MMAs per accumulator in the same order, so the same q bits.
+using CfgQbWide = gemm::Config<64, 128, 2, 4, 4, gemm::AKind::kBf16>;
 constexpr bool kWideQ = true;                   // false: 64 x 64 tiles at every T
 constexpr int kBM = CfgQkv::kBM, kBN = CfgQkv::kBN;
 

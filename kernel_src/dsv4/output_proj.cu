@@ -16,8 +16,7 @@
 //   o_lora       bf16(A[:, gK:(g+1)K] @ Wd_oa[gR:(g+1)R, :]^T) for each group g    (kernel A)
 //   out          bf16(mxq(o_lora) @ Wd_ob^T)  [T, kH]                                (kernel B)
 // The GEMMs are common/gemm.cuh: fp8 A with row-major group-32 scales, fp8 W with SfAtom scales,
-// multiplied as e4m3 by mma.sync m16n8k32 (MmaKind::kFp8), each 32-wide K group's fp32 partial
-// times its two scales added to the fp32 accumulator.
+// both dequantized to bf16 (exact) and multiplied with mma.sync, fp32 accumulation.
 //
 // Kernel A, one CTA per work item, items taken in ticket order (common/pdl.cuh):
 //   items [0, n_qtiles)   quantize: units (t, h) = t * 64 + h, units_per_qtile of them per item,
@@ -77,17 +76,10 @@ constexpr int kUnitsPerMTile = kBM * kHeads;
 constexpr int kTicketWord = 0, kReadyWord0 = 32;
 constexpr int kSplitWord0 = 128;   // split-K tile counters: words [128, 128 + n-tiles), one m-tile
 
-// Both GEMMs run the fp8 MMA (gemm::MmaKind::kFp8): A and W e4m3 bytes straight from their
-// pipeline stages, no conversion in shared memory, so the stages are all the shared memory and
-// the pipelines are deeper (the runtime's OP_STAGES_A / OP_STAGES_B mirror them).
-// wo_a: 64 x 64 tiles, 2 x 2 warps of 32 x 32 (a warp's 32 columns are one o_lora scale group),
-// 6 stages (101,376 B: 2 CTAs per SM).
-using CfgA = gemm::Config<kBM, 64, 2, 2, 6, gemm::AKind::kFp8, gemm::WKind::kFp8,
-                          gemm::MmaKind::kFp8>;
-// wo_b: 64 x 32 tiles, 4 x 1 warps of 16 x 32 (twice the CTAs of 64-wide tiles for small T),
-// 8 stages (101,376 B: 2 CTAs per SM).
-using CfgB = gemm::Config<kBM, 32, 4, 1, 8, gemm::AKind::kFp8, gemm::WKind::kFp8,
-                          gemm::MmaKind::kFp8>;
+// wo_a: 64 x 64 tiles, 2 x 2 warps of 32 x 32 (a warp's 32 columns are one o_lora scale group).
+using CfgA = gemm::Config<kBM, 64, 2, 2, 4, gemm::AKind::kFp8>;
+// wo_b: 64 x 32 tiles, 4 x 1 warps of 16 x 32 (twice the CTAs of 64-wide tiles for small T).
+using CfgB = gemm::Config<kBM, 32, 4, 1, 4, gemm::AKind::kFp8>;
 static_assert(CfgA::kThreads == kThreads && CfgB::kThreads == kThreads, "one block size");
 static_assert(CfgA::kWarpN % 32 == 0, "the o_lora epilogue quantizes whole 32-column groups");
 
