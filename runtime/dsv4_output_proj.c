@@ -217,7 +217,6 @@ static mla_status check_args(const mla_runtime *rt, const mla_output_proj_args *
 typedef struct op_args_a {
     CUdeviceptr q_or_x, positions, freqs, part_o, part_lse, sink;
     CUdeviceptr act_q, act_sf, wo_a, wo_a_sf, o_lora, o_lora_q, o_lora_sf, bank, part;
-    CUdeviceptr wo_b, wo_b_sf; /* L2 prefetch of kernel B's weight */
     long long T, max_pos, split, units_per_qtile, n_qtiles, kslices, slice_steps;
 } op_args_a;
 
@@ -263,7 +262,6 @@ static void fill_args(const mla_runtime *rt, const mla_output_proj_args *a, cons
     A->wo_a = mla__data(a->wo_a_weight), A->wo_a_sf = mla__data(a->wo_a_sf);
     A->o_lora = ws + L->o_lora, A->o_lora_q = ws + L->o_lora_q, A->o_lora_sf = ws + L->o_lora_sf;
     A->bank = ws + mla__dsv4_bank_offset(kind), A->part = ws + L->part_op;
-    A->wo_b = mla__data(a->wo_b_weight), A->wo_b_sf = mla__data(a->wo_b_sf);
     A->T = sh->T, A->max_pos = sh->max_pos, A->split = mla__dsv4_split(sh->T);
     A->units_per_qtile = units_per_item(sh->T, rt->sm_count);
     A->n_qtiles = (units + A->units_per_qtile - 1) / A->units_per_qtile;

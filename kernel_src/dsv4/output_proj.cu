@@ -28,10 +28,7 @@
 //                         then one gemm::mma_tile over the group's K; the epilogue rounds to
 //                         bf16 (o_lora) and quantizes each aligned group of 32 columns of a row
 //                         (a warp holds 32 columns) -> o_lora_q / o_lora_sf: mxq(o_lora) is done
-//                         here, once, instead of in every CTA of kernel B. With one m-tile
-//                         (T <= 64) an item first asks L2 for its W slice (prefetch, while the
-//                         quantize items run) and after its K-steps for its share of wo_b, so
-//                         kernel B reads its weight from L2.
+//                         here, once, instead of in every CTA of kernel B.
 //   With one m-tile (T <= 64) and few tiles per SM the runtime splits each GEMM tile's K into
 //   kslices slices of slice_steps K-steps: item = (tile, slice), slices of a tile adjacent; each
 //   writes its fp32 partial to part, and the tile's last slice to finish (a counter at bank word
@@ -103,8 +100,6 @@ struct ArgsA {
     unsigned char *o_lora_sf;
     unsigned int *bank;
     float *part;                 // split-K partials fp32 [kslices][T][2 kH] (kslices > 1 only)
-    const unsigned char *wo_b;   // kernel B's weight and scales: L2 prefetch only (T <= 64)
-    const unsigned char *wo_b_sf;
     long long T, max_pos, split, units_per_qtile, n_qtiles, kslices, slice_steps;
 };
 
@@ -330,35 +325,6 @@ __device__ __forceinline__ void store_o_lora(const ArgsA &a, const gemm::Accum<C
         }
 }
 
-// With one m-tile (T <= 64) the GEMM items start by asking L2 for their own W slice (rows n0..
-// n0 + 63, K range kr, and the SfAtom blocks of its scales) while the quantize items still run,
-// and end by asking L2 for their share of kernel B's wo_b (and scales), which kernel B then reads
-// from L2 instead of DRAM: at small T both GEMMs are bound by load latency, not bandwidth, and
-// DRAM is mostly idle during the quantize items and kernel A's last K-steps. Hints only.
-template <int kH, int kG>
-__device__ __forceinline__ void prefetch_w_slice(const ArgsA &a, int n0, const KRange &kr) {
-    using S = Shape<kH, kG>;
-    const int lines_per_row = kr.len / 128;
-    for (int i = (int)threadIdx.x; i < CfgA::kBN * lines_per_row; i += kThreads) {
-        const int r = i / lines_per_row, l = i % lines_per_row;
-        gemm::prefetch_l2(a.wo_a + (long long)(n0 + r) * S::kK + kr.k0 + l * 128);
-    }
-    constexpr long long kAtoms = (S::kK / 32 + 3) / 4;   // SfAtom K-atoms per 128-row block
-    const long long sf0 = ((long long)(n0 / 128) * kAtoms + kr.k0 / 128) * 512;
-    gemm::prefetch_l2_range<kThreads>(a.wo_a_sf + sf0, (long long)(kr.len / 128) * 512);
-}
-
-template <int kH, int kG>
-__device__ __forceinline__ void prefetch_wo_b_share(const ArgsA &a, long long gi) {
-    constexpr long long kW = (long long)kH * 2 * kH, kSf = kW / 32;
-    const long long n = (long long)gridDim.x - a.n_qtiles;   // GEMM items
-    const long long w_chunk = (kW / 128 + n - 1) / n * 128, sf_chunk = (kSf / 128 + n - 1) / n * 128;
-    const long long w0 = gi * w_chunk, s0 = gi * sf_chunk;
-    if (w0 < kW) gemm::prefetch_l2_range<kThreads>(a.wo_b + w0, w0 + w_chunk < kW ? w_chunk : kW - w0);
-    if (s0 < kSf)
-        gemm::prefetch_l2_range<kThreads>(a.wo_b_sf + s0, s0 + sf_chunk < kSf ? sf_chunk : kSf - s0);
-}
-
 // GEMM item gi: K-slice gi % kslices of tile (m-tile t / n-tiles, n-tile t % n-tiles) of
 // o_lora, t = gi / kslices (kslices > 1 only with one m-tile: the last slice of a tile to finish
 // sums the partials and runs the epilogue).
@@ -370,9 +336,8 @@ __device__ __forceinline__ void wo_a_item(const ArgsA &a, long long gi, unsigned
     const int mt = (int)(tile / kNTiles), n0 = (int)(tile % kNTiles) * CfgA::kBN;
     const int m0 = mt * kBM, g = n0 / S::kR;
     const long long rows = a.T - m0 < kBM ? a.T - m0 : kBM;
-    const KRange kr = slice_range(slice, a.slice_steps, S::kK);
-    if (a.T <= kBM) prefetch_w_slice<kH, kG>(a, n0, kr);    // overlaps the wait below
     pdl::wait_at_least(a.bank + kReadyWord0 + mt, (unsigned int)(rows * kHeads));
+    const KRange kr = slice_range(slice, a.slice_steps, S::kK);
     gemm::Operands op;
     op.a = a.act_q + (long long)g * S::kK + kr.k0;
     op.a_sf = a.act_sf + ((long long)g * S::kK + kr.k0) / 32;
@@ -381,7 +346,6 @@ __device__ __forceinline__ void wo_a_item(const ArgsA &a, long long gi, unsigned
     op.w_k0 = kr.k0, op.k_len = kr.len;
     gemm::Accum<CfgA> acc;
     gemm::mma_tile<CfgA>(op, m0, n0, (int)rows, smem, acc);
-    if (a.T <= kBM) prefetch_wo_b_share<kH, kG>(a, gi);
     if (a.kslices > 1 && !split_reduce<CfgA>(acc, a.part, slice, a.kslices, a.T, m0, n0, S::kN,
                                              a.bank + kSplitWord0 + tile))
         return;
