@@ -292,10 +292,11 @@ static mla_status check_kind(const mla_runtime *rt, const mla_attention_args *a,
 /* End of the last workspace region mla_attention uses for T tokens. */
 static size_t attention_ws_end(const mla__dsv4_ws_layout *l, int T) {
     const size_t tp = T < MLA__DSV4_SPLIT_TOKENS ? (size_t)T : MLA__DSV4_SPLIT_TOKENS;
+    const size_t ts_kv = T < MLA__DSV4_KV_SPLIT_TOKENS ? (size_t)T : MLA__DSV4_KV_SPLIT_TOKENS;
     size_t end = l->qr + (size_t)T * DSV4_QL * 2;
     const size_t ends[] = {l->qa + (size_t)T * DSV4_QL * 2, l->kv + (size_t)T * DSV4_KVL * 2,
                            l->kv_gate + (size_t)T * 2 * DSV4_KVL * 4,
-                           l->part_lse + tp * MLA__DSV4_SPLITS * DSV4_HEADS * 4,
+                           l->part_lse + ts_kv * MLA__DSV4_SPLITS * DSV4_HEADS * 4,
                            l->part_k + MLA__DSV4_KSLICES * tp * MLA__DSV4_PART_K_COLS * 4};
     for (size_t i = 0; i < sizeof ends / sizeof ends[0]; i++)
         if (ends[i] > end) end = ends[i];

@@ -376,7 +376,8 @@ enum { MLA__DSV4_SWA = 0, MLA__DSV4_HCA = 1 };
 /* End of the fixed part: barrier prefix, SWA plan slot, HCA plan slot. */
 #define MLA__DSV4_PLAN_END (MLA_DSV4_BARRIER_BYTES + 2 * MLA__DSV4_PLAN_SLOT_BYTES)
 #define MLA__DSV4_SPLITS 4          /* KV splits per token of the split-KV partials */
-#define MLA__DSV4_SPLIT_TOKENS 64   /* tokens whose KV may be split */
+#define MLA__DSV4_SPLIT_TOKENS 64   /* most tokens of a launch with split-K GEMMs (part_k, part_op) */
+#define MLA__DSV4_KV_SPLIT_TOKENS 16 /* most tokens of a launch whose KV is split (part_o, part_lse) */
 /* Split-K of mla_attention's phase 1 (T <= 64): at most this many K slices per output tile, fp32
  * partial rows of this many columns (the joint [qa 1024 | kv 512 | kv_gate 1024] output). */
 #define MLA__DSV4_KSLICES 8
@@ -393,7 +394,7 @@ typedef struct mla__dsv4_ws_layout {
     size_t qr;                /* mxq(q_lora after RMSNorm), bf16 [T, 1024] (A operand of wq_b) */
     size_t qa, kv;            /* raw wq_a / wkv outputs of mla_attention, bf16 [T, 1024], [T, 512] */
     size_t kv_gate;           /* kv_gate rows of the launch (HCA), fp32 [T, 1024] */
-    size_t part_o, part_lse;  /* split partials fp32 [min(T,64), 4, 64, 512], lse [.., 4, 64] */
+    size_t part_o, part_lse;  /* split partials fp32 [min(T,16), 4, 64, 512], lse [.., 4, 64] */
     size_t part_k;            /* phase-1 split-K partials fp32 [8, min(T,64), 2560] */
     size_t part_op;           /* output-proj split-K partials fp32 [4, min(T,64), 2H] */
     size_t act_q, act_sf;     /* O after combine + inverse RoPE, fp8 [T, 32768], [T, 1024] */
@@ -413,7 +414,7 @@ mla_status mla__dsv4_check_workspace(const mla_runtime *rt, const DLTensor *ws, 
 
 /* ---- DSV4 split-KV contract (between mla_attention and mla_output_proj) ------------------ */
 
-/* A launch of T <= MLA__DSV4_SPLIT_TOKENS tokens splits every token's row set (SWA window, then
+/* A launch of T <= MLA__DSV4_KV_SPLIT_TOKENS tokens splits every token's row set (SWA window, then
  * the compressed rows on HCA layers, in that order) into MLA__DSV4_SPLITS contiguous parts of
  * ceil(n / MLA__DSV4_SPLITS) rows; a longer launch splits nothing. A split token's q_or_x row is
  * left as q; part s of token t, head h writes
@@ -423,7 +424,7 @@ mla_status mla__dsv4_check_workspace(const mla_runtime *rt, const DLTensor *ws, 
  *                                    (-inf for an empty part)
  * and mla_output_proj combines them (spec §2.4) and applies the sink. Unsplit tokens' O
  * (normalized with the sink) is written to q_or_x as bf16. */
-static inline int mla__dsv4_split(int T) { return T <= MLA__DSV4_SPLIT_TOKENS; }
+static inline int mla__dsv4_split(int T) { return T <= MLA__DSV4_KV_SPLIT_TOKENS; }
 
 /* ---- DSV4 kernels (runtime/dsv4.c) -------------------------------------------------------- */
 

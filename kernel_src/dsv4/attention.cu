@@ -56,7 +56,7 @@
 //   plan       int4 [T] (slot0, len0, slot1, rows) of this kind (mla_attention_plan).
 //   bank       the kind's barrier bank: words 0..2 the phase barriers, word 3 the exit count,
 //              words 64..103 the phase-1 split-K tile counters (each back to 0 after its tile).
-//   part_o     fp32 [T, 4, 64, 512], part_lse fp32 [T, 4, 64] (split launches, T <= 64).
+//   part_o     fp32 [T, 4, 64, 512], part_lse fp32 [T, 4, 64] (split launches: T <= 16).
 //   part_k     fp32 [slices, T, 2560] phase-1 split-K partials ([qa | kv | kv_gate] columns).
 #include <cuda_bf16.h>
 

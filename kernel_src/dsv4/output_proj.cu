@@ -8,7 +8,7 @@
 // (runtime/dsv4_output_proj.c) mirrors the tile shapes and shared memory sizes below.
 //
 // Math (spec/dsv4.md §2.4, §2.5, §2.2, A11, A13, A16), T tokens, 64 heads of 512 dims:
-//   O[t, h]      split launch (T <= 64): LSE = logsumexp_s lse_s; O = sum_s exp(lse_s - LSE) O_s,
+//   O[t, h]      split launch (T <= 16): LSE = logsumexp_s lse_s; O = sum_s exp(lse_s - LSE) O_s,
 //                times 1 / (1 + exp(sink[h] - LSE)) with a sink; every part empty -> O = 0;
 //                else O = q_or_x[t, h] (bf16, normalized with the sink by the attention)
 //   O[448:512]   rope^-1 with freqs_real[positions[t]]: (a, b) -> (a c + b s, -a s + b c)
@@ -45,7 +45,7 @@
 //   q_or_x     bf16 [T, 32768]                  read only (unsplit launches)
 //   positions  int32 [T]; freqs fp32 [max_pos, 64] interleaved (cos, sin); positions are
 //              clamped to [0, max_pos) (the host cannot check device values)
-//   part_o     fp32 [min(T,64), 4, 64, 512], part_lse fp32 [min(T,64), 4, 64] (split launches)
+//   part_o     fp32 [min(T,16), 4, 64, 512], part_lse fp32 [min(T,16), 4, 64] (split launches)
 //   sink       fp32 [64] or null
 //   act_q      e4m3 [T, 32768]; act_sf ue8m0 [T, 1024]        (group j of row t: act_sf[t*1024+j])
 //   wo_a       e4m3 [2 kH, K]; wo_a_sf SfAtom over [2 kH, K / 32]
