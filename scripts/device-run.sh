@@ -27,7 +27,7 @@ fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   build-gpu/mlajit info > "$out/info.txt" 2>&1
   cases=(); for c in ${BENCH_CASES:-}; do cases+=(--case "$c"); done
-  build-gpu/mlajit bench "${cases[@]}" --json "$out/bench.json" > "$out/bench.txt" 2>&1 || rc=1
+  stdbuf -oL build-gpu/mlajit bench "${cases[@]}" --json "$out/bench.json" > "$out/bench.txt" 2>&1 || rc=1
   cat "$out/info.txt" "$out/bench.txt"
 fi
 exit $rc
