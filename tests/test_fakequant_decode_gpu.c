@@ -63,32 +63,18 @@ static const char *const tags[N_KERNELS] = {"[mma]", "[fp32]"};
 /* A GPU runtime for kernel `which` (MLAJIT_FAKEQUANT_DECODE unset or "fp32" at its creation, then
  * restored); skips the test without a GPU. */
 static mla_runtime *gpu_or_skip(int which) {
-    static const char name[] = "MLAJIT_FAKEQUANT_DECODE";
-    const char *old = getenv(name);
-    char *saved = old ? strdup(old) : NULL;
-    cr_assert(!old || saved, "out of host memory");
-    cr_assert((which ? setenv(name, "fp32", 1) : unsetenv(name)) == 0, "set %s", name);
     mla_runtime *rt = NULL;
-    int ok = mlt_gpu_runtime(&rt);
-    cr_assert((saved ? setenv(name, saved, 1) : unsetenv(name)) == 0, "restore %s", name);
-    free(saved);
+    int ok = mlt_gpu_runtime_env("MLAJIT_FAKEQUANT_DECODE", which ? "fp32" : NULL, &rt);
+    cr_assert(ok >= 0, "set or restore MLAJIT_FAKEQUANT_DECODE");
     if (!ok) cr_skip_test("no GPU");
     cr_assert(rt->fakequant_decode_fp32 == which, "%s: the runtime's fakequant_decode_fp32 is %d",
               tags[which], rt->fakequant_decode_fp32);
     return rt;
 }
 
-/* Kernels of kind loaded in rt (its kernel table). */
-static int loaded_of_kind(const mla_runtime *rt, const char *kind) {
-    int n = 0;
-    for (size_t i = 0; i < rt->table_cap; i++)
-        if (rt->table[i].kernel && !strcmp(rt->table[i].spec.kernel, kind)) n++;
-    return n;
-}
-
 /* The decodes rt ran were of kernel `which` only. */
 static void assert_kind(const mla_runtime *rt, int which, const char *name) {
-    int want = loaded_of_kind(rt, kinds[which]), other = loaded_of_kind(rt, kinds[!which]);
+    int want = mlt_loaded_of_kind(rt, kinds[which]), other = mlt_loaded_of_kind(rt, kinds[!which]);
     cr_assert(want >= 1 && other == 0, "%s %s: expected the decode to run %s only, the runtime "
               "loaded %d %s and %d %s kernels", name, tags[which], kinds[which], want,
               kinds[which], other, kinds[!which]);

@@ -89,17 +89,10 @@ static int pass_is_default(int p) {
 /* A GPU runtime created with $MLAJIT_FAKEQUANT_PREFILL as pass_env[pass] (unset for NULL), which
  * the runtime reads at creation only; the variable is restored. Skips without a GPU. */
 static mla_runtime *gpu_or_skip(int pass) {
-    static const char name[] = "MLAJIT_FAKEQUANT_PREFILL";
-    const char *old = getenv(name);
-    char *saved = old ? strdup(old) : NULL;
     int portable = pass == 1;
-    cr_assert(!old || saved, "out of host memory");
-    cr_assert((pass_env[pass] ? setenv(name, pass_env[pass], 1) : unsetenv(name)) == 0, "set %s",
-              name);
     mla_runtime *rt = NULL;
-    int ok = mlt_gpu_runtime(&rt);
-    cr_assert((saved ? setenv(name, saved, 1) : unsetenv(name)) == 0, "restore %s", name);
-    free(saved);
+    int ok = mlt_gpu_runtime_env("MLAJIT_FAKEQUANT_PREFILL", pass_env[pass], &rt);
+    cr_assert(ok >= 0, "set or restore MLAJIT_FAKEQUANT_PREFILL");
     if (!ok) cr_skip_test("no GPU");
     cr_assert(rt->fakequant_prefill_portable == portable &&
               rt->fakequant_prefill_warps == pass_warps[pass] &&
@@ -108,14 +101,6 @@ static mla_runtime *gpu_or_skip(int pass) {
               rt->fakequant_prefill_portable, rt->fakequant_prefill_warps,
               rt->fakequant_prefill_rows);
     return rt;
-}
-
-/* Kernels of kind loaded in rt (its kernel table). */
-static int loaded_of_kind(const mla_runtime *rt, const char *kind) {
-    int n = 0;
-    for (size_t i = 0; i < rt->table_cap; i++)
-        if (rt->table[i].kernel && !strcmp(rt->table[i].spec.kernel, kind)) n++;
-    return n;
 }
 
 /* The shapes the tensor-core kernel takes (docs/FAKEQUANT.md): head dims (64 | 128 | 192, 32 |
@@ -130,7 +115,7 @@ static int expect_mma(const mlt_pf_case *c) {
 /* The kernels rt ran: the tensor-core one when any case used expects it (mma) and the fp32 one
  * when any does not (fp32); in pass 1 the fp32 one only. */
 static void expect_kernels(const mla_runtime *rt, int pass, int mma, int fp32, const char *name) {
-    int nm = loaded_of_kind(rt, "fakequant_prefill_mma"), nf = loaded_of_kind(rt, "fakequant_prefill");
+    int nm = mlt_loaded_of_kind(rt, "fakequant_prefill_mma"), nf = mlt_loaded_of_kind(rt, "fakequant_prefill");
     if (pass == 1) mma = 0, fp32 = 1;
     cr_assert((nm > 0) == mma && (nf > 0) == fp32, "%s [%s]: expected %s tensor-core and %s fp32 "
               "kernels, the runtime loaded %d and %d", name, pass_label[pass], mma ? "some" : "no",

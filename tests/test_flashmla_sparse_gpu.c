@@ -78,32 +78,18 @@ static void compare(const char *name, const char *what, const double *got, const
 /* A GPU runtime created with $MLAJIT_FLASHMLA_DECODE set to value (unset for NULL), which the
  * runtime reads at creation only; the variable is restored before returning. 0 without a GPU. */
 static int runtime_with_decode_env(const char *value, mla_runtime **rt) {
-    static const char name[] = "MLAJIT_FLASHMLA_DECODE";
-    const char *old = getenv(name);
-    char *saved = old ? strdup(old) : NULL;
-    cr_assert(!old || saved, "out of host memory");
-    cr_assert((value ? setenv(name, value, 1) : unsetenv(name)) == 0, "set %s", name);
-    int ok = mlt_gpu_runtime(rt);
-    cr_assert((saved ? setenv(name, saved, 1) : unsetenv(name)) == 0, "restore %s", name);
-    free(saved);
+    int ok = mlt_gpu_runtime_env("MLAJIT_FLASHMLA_DECODE", value, rt);
+    cr_assert(ok >= 0, "set or restore MLAJIT_FLASHMLA_DECODE");
     return ok;
-}
-
-/* Kernels of kind loaded in rt (its kernel table). */
-static int loaded_of_kind(const mla_runtime *rt, const char *kind) {
-    int n = 0;
-    for (size_t i = 0; i < rt->table_cap; i++)
-        if (rt->table[i].kernel && !strcmp(rt->table[i].spec.kernel, kind)) n++;
-    return n;
 }
 
 /* rt ran kind want and never the other kind of the pair (portable, sm90). */
 static void assert_kind(const mla_runtime *rt, const char *name, const char *want,
                         const char *portable, const char *sm90, const char *what) {
     const char *other = strcmp(want, portable) ? portable : sm90;
-    cr_assert(loaded_of_kind(rt, want) >= 1 && loaded_of_kind(rt, other) == 0, "%s%s: expected "
+    cr_assert(mlt_loaded_of_kind(rt, want) >= 1 && mlt_loaded_of_kind(rt, other) == 0, "%s%s: expected "
               "%s only, the runtime loaded %d %s and %d %s kernels", name, what, want,
-              loaded_of_kind(rt, want), want, loaded_of_kind(rt, other), other);
+              mlt_loaded_of_kind(rt, want), want, mlt_loaded_of_kind(rt, other), other);
 }
 
 /* The runs of a case: the default runtime, then (where it picked the wgmma kind) a portable one.

@@ -21,6 +21,30 @@ int mlt_gpu_runtime(mla_runtime **rt) {
     return 1;
 }
 
+int mlt_gpu_runtime_env(const char *name, const char *value, mla_runtime **rt) {
+    *rt = NULL;
+    const char *old = getenv(name);
+    char *saved = old ? strdup(old) : NULL;
+    if (old && !saved) return -1;
+    if ((value ? setenv(name, value, 1) : unsetenv(name)) != 0) return free(saved), -1;
+    int ok = mlt_gpu_runtime(rt);
+    int restored = (saved ? setenv(name, saved, 1) : unsetenv(name)) == 0;
+    free(saved);
+    if (!restored) {
+        if (*rt) mla_runtime_destroy(*rt);
+        *rt = NULL;
+        return -1;
+    }
+    return ok;
+}
+
+int mlt_loaded_of_kind(const mla_runtime *rt, const char *kind) {
+    int n = 0;
+    for (size_t i = 0; i < rt->table_cap; i++)
+        if (rt->table[i].kernel && !strcmp(rt->table[i].spec.kernel, kind)) n++;
+    return n;
+}
+
 mla_status mlt_cpu_runtime(const char *arch, mla_runtime **rt) {
     char dir[256];
     const char *env = getenv("MLAJIT_CACHE_DIR");

@@ -18,6 +18,15 @@
  * Returns 1 with *rt set when a GPU is usable; 0 with *rt NULL when there is none. */
 int mlt_gpu_runtime(mla_runtime **rt);
 
+/* mlt_gpu_runtime with the environment variable `name` set to value (unset for NULL) while the
+ * runtime is created (it reads its MLAJIT_* switches at creation only); the variable's earlier
+ * value is restored. -1 when the environment could not be set or restored (nothing is left
+ * created), else what mlt_gpu_runtime returns. */
+int mlt_gpu_runtime_env(const char *name, const char *value, mla_runtime **rt);
+
+/* How many kernels of kind `kind` rt has loaded (its kernel table): which kernel a call ran. */
+int mlt_loaded_of_kind(const mla_runtime *rt, const char *kind);
+
 /* Creates a runtime that never loads the driver (no_device = 1) for arch (e.g. "sm_90a"), with
  * its disk cache in $MLAJIT_CACHE_DIR or else /tmp/mlajit-test-cache-<uid>. */
 mla_status mlt_cpu_runtime(const char *arch, mla_runtime **rt);
