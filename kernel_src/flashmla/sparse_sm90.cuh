@@ -432,6 +432,16 @@ __device__ __forceinline__ void attend_token(const typename F::Params &p, unsign
     F::store(p, o, st, token, m);
 }
 
+// The body of both kernels: the CTA of a flat grid (token major, ceil(h_q / 64) CTAs a token)
+// runs attend_token on the dynamic shared memory, aligned to 1024 bytes.
+template <class F>
+__device__ __forceinline__ void attend_cta(const typename F::Params &p) {
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+    const int nm = (p.h_q + kBlockM - 1) / kBlockM;
+    attend_token<F>(p, smem, blockIdx.x / nm, blockIdx.x % nm);
+}
+
 }  // namespace sm90s
 }  // namespace sparse
 }  // namespace flashmla
