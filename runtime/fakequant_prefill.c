@@ -265,9 +265,32 @@ static int use_mma(const mla_runtime *rt, const mla_prefill_attention_args *a, c
  * or the nvfp4 global scale, 1 for mode none. */
 static double code_factor(int mode, float amax) { return mode ? (double)mla__fq_scale(mode, amax) : 1.0; }
 
+/* The parameters both prefill kinds start with: dtype, the four quantization modes and
+ * sparsity_m (0 when the call is dense). */
+static mla_status add_quant_params(mla__spec *spec, const mla_prefill_attention_args *a,
+                                   const pdims *d) {
+    MLA_FORWARD_IF_ERROR(mla__spec_add(spec, "dtype", d->f16));
+    MLA_FORWARD_IF_ERROR(mla__spec_add(spec, "q_quant", a->q_quant));
+    MLA_FORWARD_IF_ERROR(mla__spec_add(spec, "k_quant", a->k_quant));
+    MLA_FORWARD_IF_ERROR(mla__spec_add(spec, "p_quant", a->p_quant));
+    MLA_FORWARD_IF_ERROR(mla__spec_add(spec, "v_quant", a->v_quant));
+    return mla__spec_add(spec, "sparsity_m", a->sparsity_n != 0 ? a->sparsity_m : 0);
+}
+
+/* Launches k with the one parameter struct params on a grid of (CTA row tiles of the longest
+ * request, capped at MAX_GRID_X; kv heads; requests), cta_rows rows (query x group) a tile. */
+static mla_status launch_tiles(mla_runtime *rt, const mla__kernel *k,
+                               const mla_prefill_attention_args *a, const pdims *d,
+                               long long cta_rows, void *params, CUstream stream) {
+    long long groups = d->heads / d->kv_heads;
+    long long tiles = ((long long)a->max_seqlen_q * groups + cta_rows - 1) / cta_rows;
+    unsigned gx = (unsigned)(tiles < 1 ? 1 : tiles > MAX_GRID_X ? MAX_GRID_X : tiles);
+    void *args[] = {params};
+    return mla__launch(rt, k, gx, (unsigned)d->kv_heads, (unsigned)d->batch, stream, args);
+}
+
 static mla_status launch_prefill_mma(mla_runtime *rt, const mla_prefill_attention_args *a,
                                      const pdims *d, double qk_scale, CUstream stream) {
-    int sparse = a->sparsity_n != 0;
     mla__fq_prefill_mma_params p = {
         .q = mla__data(a->q), .q_stride_t = mla__stride(a->q, 0), .q_stride_h = mla__stride(a->q, 1),
         .k = mla__data(a->k), .k_stride_t = mla__stride(a->k, 0), .k_stride_h = mla__stride(a->k, 1),
@@ -286,12 +309,7 @@ static mla_status launch_prefill_mma(mla_runtime *rt, const mla_prefill_attentio
     };
     mla__spec spec;
     mla__spec_init(&spec, "fakequant_prefill_mma");
-    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "dtype", d->f16));
-    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "q_quant", a->q_quant));
-    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "k_quant", a->k_quant));
-    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "p_quant", a->p_quant));
-    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "v_quant", a->v_quant));
-    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "sparsity_m", sparse ? a->sparsity_m : 0));
+    MLA_FORWARD_IF_ERROR(add_quant_params(&spec, a, d));
     MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "dqk", d->dqk));
     MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "dv", d->dv));
     int warps = rt->fakequant_prefill_warps ? rt->fakequant_prefill_warps : MLA__FQ_PREFILL_MMA_WARPS;
@@ -300,19 +318,13 @@ static mla_status launch_prefill_mma(mla_runtime *rt, const mla_prefill_attentio
     MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "rows_per_warp", rows));
     const mla__kernel *k = NULL;
     MLA_FORWARD_IF_ERROR(mla__get_kernel(rt, &spec, &k));
-    long long groups = d->heads / d->kv_heads;
-    long long cta_rows = (long long)warps * rows;
-    long long tiles = ((long long)a->max_seqlen_q * groups + cta_rows - 1) / cta_rows;
-    unsigned gx = (unsigned)(tiles < 1 ? 1 : tiles > MAX_GRID_X ? MAX_GRID_X : tiles);
-    void *args[] = {&p};
-    return mla__launch(rt, k, gx, (unsigned)d->kv_heads, (unsigned)d->batch, stream, args);
+    return launch_tiles(rt, k, a, d, (long long)warps * rows, &p, stream);
 }
 
 static mla_status launch_prefill(mla_runtime *rt, const mla_prefill_attention_args *a,
                                  const pdims *d, CUstream stream) {
     double scale = isnan(a->softmax_scale) ? 1.0 / sqrt((double)d->dqk) : (double)a->softmax_scale;
     if (use_mma(rt, a, d)) return launch_prefill_mma(rt, a, d, scale * LOG2E, stream);
-    int sparse = a->sparsity_n != 0;
     mla__fq_prefill_params p = {
         .q = mla__data(a->q), .q_stride_t = mla__stride(a->q, 0), .q_stride_h = mla__stride(a->q, 1),
         .k = mla__data(a->k), .k_stride_t = mla__stride(a->k, 0), .k_stride_h = mla__stride(a->k, 1),
@@ -329,20 +341,10 @@ static mla_status launch_prefill(mla_runtime *rt, const mla_prefill_attention_ar
     };
     mla__spec spec;
     mla__spec_init(&spec, "fakequant_prefill");
-    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "dtype", d->f16));
-    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "q_quant", a->q_quant));
-    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "k_quant", a->k_quant));
-    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "p_quant", a->p_quant));
-    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "v_quant", a->v_quant));
-    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "sparsity_m", sparse ? a->sparsity_m : 0));
+    MLA_FORWARD_IF_ERROR(add_quant_params(&spec, a, d));
     const mla__kernel *k = NULL;
     MLA_FORWARD_IF_ERROR(mla__get_kernel(rt, &spec, &k));
-    long long groups = d->heads / d->kv_heads;
-    long long tiles = ((long long)a->max_seqlen_q * groups + MLA__FQ_PREFILL_ROWS - 1) /
-                      MLA__FQ_PREFILL_ROWS;
-    unsigned gx = (unsigned)(tiles < 1 ? 1 : tiles > MAX_GRID_X ? MAX_GRID_X : tiles);
-    void *args[] = {&p};
-    return mla__launch(rt, k, gx, (unsigned)d->kv_heads, (unsigned)d->batch, stream, args);
+    return launch_tiles(rt, k, a, d, MLA__FQ_PREFILL_ROWS, &p, stream);
 }
 
 mla_status mla_prefill_attention(mla_runtime *runtime, const mla_prefill_attention_args *args,

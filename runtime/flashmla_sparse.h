@@ -30,6 +30,13 @@ mla_status mla__flashmla_sparse_prefill_sm90_build(const struct mla__spec *spec,
  * only) unless force is "portable" (the runtime's $MLAJIT_FLASHMLA_DECODE choice, read at
  * mla_runtime_create; may be NULL), else the portable kind. prefill: 0 decode, 1 prefill. */
 const char *mla__flashmla_sparse_kind(const char *arch, int prefill, int d_qk, const char *force);
+/* The builder of a kind without parameters: checks that spec has none (note is added to the
+ * message, "" or " (why)"), names kernel (a non-template name expression) and sets the launch
+ * (MLA__FLASHMLA_SPARSE_THREADS, dynamic_smem bytes, no cluster). */
+mla_status mla__flashmla_sparse_build_fixed(const struct mla__spec *spec, const char *note,
+                                            const char *kernel, int dynamic_smem,
+                                            char *name_expr, size_t size,
+                                            struct mla__launch_info *launch);
 
 /* mla_flash_with_kvcache and its shape helper when args->indices is set. */
 mla_status mla__flash_sparse_decode(mla_runtime *rt, const mla_flash_with_kvcache_args *args,

@@ -1,6 +1,7 @@
 /* Argument checks and the launch the FlashMLA-compatible sparse entry points share
  * (runtime/flashmla_sparse.c, runtime/flashmla_sparse_prefill.c; the args check also serves
  * runtime/flashmla_decode.c). */
+#include <stdio.h>
 #include <string.h>
 
 #include "runtime/flashmla_sparse.h"
@@ -12,6 +13,21 @@ const char *mla__flashmla_sparse_kind(const char *arch, int prefill, int d_qk, c
     const mla__kernel_kind *kind = mla__kernel_kind_find(sm90);
     if (!portable && !strcmp(arch, kind->only_arch) && (!prefill || d_qk == 576)) return sm90;
     return prefill ? "flashmla_sparse_prefill" : "flashmla_sparse_decode";
+}
+
+mla_status mla__flashmla_sparse_build_fixed(const mla__spec *spec, const char *note,
+                                            const char *kernel, int dynamic_smem,
+                                            char *name_expr, size_t size,
+                                            mla__launch_info *launch) {
+    MLA_ARG_CHECK(spec->n_params == 0, "%s: expected no parameters%s, got %d (first: %s)",
+                  spec->kernel, note, spec->n_params, spec->n_params ? spec->params[0].name : "");
+    int n = snprintf(name_expr, size, "%s", kernel);
+    MLA_RETURN_ERROR_IF(n < 0 || (size_t)n >= size, MLA_ERR_INTERNAL,
+                        "%s: name expression buffer of %zu bytes too small", spec->kernel, size);
+    launch->threads = MLA__FLASHMLA_SPARSE_THREADS;
+    launch->dynamic_smem = dynamic_smem;
+    launch->cluster = 1;
+    return MLA_OK;
 }
 
 mla_status mla__flashmla_check_kvcache_args(const mla_flash_with_kvcache_args *a) {

@@ -29,16 +29,10 @@ mla_status mla__flashmla_sparse_prefill_build(const mla__spec *spec, char *name_
 
 mla_status mla__flashmla_sparse_prefill_sm90_build(const mla__spec *spec, char *name_expr,
                                                    size_t size, mla__launch_info *launch) {
-    MLA_ARG_CHECK(spec->n_params == 0, "%s: expected no parameters (d_qk 576 only), got %d "
-                  "(first: %s)", spec->kernel, spec->n_params,
-                  spec->n_params ? spec->params[0].name : "");
-    int n = snprintf(name_expr, size, "mla::flashmla::sparse::sparse_prefill_sm90_kernel");
-    MLA_RETURN_ERROR_IF(n < 0 || (size_t)n >= size, MLA_ERR_INTERNAL,
-                        "%s: name expression buffer of %zu bytes too small", spec->kernel, size);
-    launch->threads = MLA__FLASHMLA_SPARSE_THREADS;
-    launch->dynamic_smem = MLA__FLASHMLA_SPARSE_SM90_SMEM;
-    launch->cluster = 1;
-    return MLA_OK;
+    return mla__flashmla_sparse_build_fixed(spec, " (d_qk 576 only)",
+                                            "mla::flashmla::sparse::sparse_prefill_sm90_kernel",
+                                            MLA__FLASHMLA_SPARSE_SM90_SMEM, name_expr, size,
+                                            launch);
 }
 
 void mla_flash_sparse_fwd_args_init(mla_flash_sparse_fwd_args *args) {

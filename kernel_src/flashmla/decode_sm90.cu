@@ -421,6 +421,112 @@ __device__ __forceinline__ void scale_o(float (&o)[32][4], const float (&f)[2]) 
         o[jt][0] *= f[0], o[jt][1] *= f[0], o[jt][2] *= f[1], o[jt][3] *= f[1];
 }
 
+// The steps of a tile pair that this kernel and the sparse one (sparse_sm90.cuh) share:
+// warpgroup 0 holds tile a, warpgroup 1 tile b; m_a is the running max after tile a, m_b after
+// both, f the factor O and l take.
+
+// Warpgroup 0, tile a (S scaled and masked): the running max to m_a (published in sm0, M0), O
+// and l to it, P0 = 2^(S - m_a) to sP0 (after the last pair's readers freed it when p0_busy,
+// P0) and P0 V0_L issued and committed, not waited on.
+template <bool kF16>
+__device__ __forceinline__ void pair_wg0_pv(float (&s)[8][4], RowState &st, float (&o)[32][4],
+                                            unsigned (&pa)[4][4], float (&m_a)[2], float (&f)[2],
+                                            float *sm0, unsigned char *smem, unsigned k0, int r0,
+                                            int wm, int lane, bool p0_busy) {
+    float mx[2], mu[2];
+    row_max64(s, mx);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        m_a[h] = fmaxf(st.m[h], mx[h]);
+        mu[h] = m_a[h] == -inf_f32() ? 0.f : m_a[h];
+        f[h] = ex2(st.m[h] - mu[h]);
+        st.l[h] *= f[h];
+    }
+    if ((lane & 3) == 0) sm0[r0] = m_a[0], sm0[r0 + 8] = m_a[1];
+    named_barrier_arrive(kBarM0, 2 * kWgThreads);
+    scale_o(o, f);
+    exp_rows(s, mu, st.l);
+    if (p0_busy) named_barrier_sync(kBarP0Free, 2 * kWgThreads);  // the last pair's sP0
+    store_p<kF16>(smem + kSmemP0, s, wm, lane);
+    fence_proxy_async_shared();
+    named_barrier_arrive(kBarP0, 2 * kWgThreads);
+    p_fragments<kF16>(s, pa);
+    wgmma_fence();
+    pv_issue_rs<kF16>(o, pa, k0, 0);
+    wgmma_commit_group();
+}
+
+// Warpgroup 0, after M1: beta = 2^(m_a - m_b) (m_b from sm1) into f, the pair's final max to st.
+__device__ __forceinline__ void pair_wg0_beta(RowState &st, float (&f)[2], const float (&m_a)[2],
+                                              const float *sm1, int r0) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const float m_b = sm1[r0 + 8 * h];
+        f[h] = m_a[h] == -inf_f32() ? 1.f : ex2(m_a[h] - m_b);
+        st.m[h] = m_b;
+        st.l[h] *= f[h];
+    }
+}
+
+// Warpgroup 1, after M0 (mx: tile b's row maxima, -inf without it): m_a from sm0, m_b =
+// max(m_a, mx) published in sm1 (M1), O_R and l to m_a, where P0 is.
+__device__ __forceinline__ void pair_wg1_max(RowState &st, float (&o)[32][4], const float (&mx)[2],
+                                             float (&m_a)[2], float (&m_b)[2], float (&f)[2],
+                                             const float *sm0, float *sm1, int r0, int lane) {
+    float mu[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        m_a[h] = sm0[r0 + 8 * h];
+        m_b[h] = fmaxf(m_a[h], mx[h]);
+        mu[h] = m_a[h] == -inf_f32() ? 0.f : m_a[h];
+        f[h] = ex2(st.m[h] - mu[h]);  // O_R to m_a, where P0 is
+        st.m[h] = m_b[h];
+        st.l[h] *= f[h];
+    }
+    if ((lane & 3) == 0) sm1[r0] = m_b[0], sm1[r0 + 8] = m_b[1];
+    named_barrier_arrive(kBarM1, 2 * kWgThreads);
+    scale_o(o, f);
+}
+
+// Warpgroup 1, tile b: P1 = 2^(S - m_b) (its row sums to l_b) to sP1 for warpgroup 0 (P1), its
+// A fragments in pa.
+template <bool kF16>
+__device__ __forceinline__ void pair_wg1_p1(float (&s)[8][4], const float (&m_b)[2],
+                                            float (&l_b)[2], unsigned (&pa)[4][4],
+                                            unsigned char *smem, int wm, int lane) {
+    float mu[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) mu[h] = m_b[h] == -inf_f32() ? 0.f : m_b[h];
+    exp_rows(s, mu, l_b);
+    store_p<kF16>(smem + kSmemP1, s, wm, lane);
+    fence_proxy_async_shared();
+    named_barrier_arrive(kBarP1, 2 * kWgThreads);
+    p_fragments<kF16>(s, pa);
+}
+
+// Warpgroup 1: beta = 2^(m_a - m_b) brings O_R and l (plus tile b's l_b) to the pair's final max.
+__device__ __forceinline__ void pair_wg1_beta(RowState &st, float (&o)[32][4], float (&f)[2],
+                                              const float (&m_a)[2], const float (&m_b)[2],
+                                              const float (&l_b)[2]) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        f[h] = m_a[h] == -inf_f32() ? 1.f : ex2(m_a[h] - m_b[h]);
+        st.l[h] = st.l[h] * f[h] + l_b[h];
+    }
+    scale_o(o, f);
+}
+
+// P V of this warpgroup's own P (A from registers) on the column half of buf, waited on.
+template <bool kF16>
+__device__ __forceinline__ void pv_rs_wait(float (&o)[32][4], const unsigned (&pa)[4][4],
+                                           unsigned buf, int half) {
+    wgmma_fence();
+    pv_issue_rs<kF16>(o, pa, buf, half);
+    wgmma_commit_group();
+    wgmma_wait_group<0>();
+    reg_fence(o);
+}
+
 // Attention of the CTA's rows over keys [t_begin, t_end) of request req. Q (and Q8 unless
 // q_pending) are in place or on their way; preloaded: the last pair of the previous chunk issued
 // this chunk's first two tiles. Returns whether this chunk's last pair issued the loads of the
@@ -504,38 +610,13 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
             if (kPageClass == 1 && ta + kBlockN > t_stop)
                 zero_tail_rows(smem + kSmemK0, t_stop - ta, 0, wt);
             scale_mask64(s, limit, p.scale_log2, ta, lane);
-            float mx[2], m_a[2], mu[2], f[2];
-            row_max64(s, mx);
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                m_a[h] = fmaxf(st.m[h], mx[h]);
-                mu[h] = m_a[h] == -inf_f32() ? 0.f : m_a[h];
-                f[h] = ex2(st.m[h] - mu[h]);
-                st.l[h] *= f[h];
-            }
-            if ((lane & 3) == 0) sm0[r0] = m_a[0], sm0[r0 + 8] = m_a[1];
-            named_barrier_arrive(kBarM0, 2 * kWgThreads);
-            scale_o(o, f);
-            exp_rows(s, mu, st.l);
-            if (it > 0) named_barrier_sync(kBarP0Free, 2 * kWgThreads);  // the last pair's sP0
-            store_p<kF16>(smem + kSmemP0, s, wm, lane);
-            fence_proxy_async_shared();
-            named_barrier_arrive(kBarP0, 2 * kWgThreads);
-            p_fragments<kF16>(s, pa);
-            wgmma_fence();
-            pv_issue_rs<kF16>(o, pa, k0, 0);
-            wgmma_commit_group();
+            float m_a[2], f[2];
+            pair_wg0_pv<kF16>(s, st, o, pa, m_a, f, sm0, smem, k0, r0, wm, lane, it > 0);
             // beta = 2^(m_a - m_b) brings O_L to the pair's final max.
             named_barrier_sync(kBarM1, 2 * kWgThreads);
             if (pre_q)  // warpgroup 1's last Q K^T is done (M1): Q pieces 0-3 are free
                 load_q_pieces<0, kVPieces, kWgThreads>(p, q, nx->req, g, m, rows, wt);
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const float m_b = sm1[r0 + 8 * h];
-                f[h] = m_a[h] == -inf_f32() ? 1.f : ex2(m_a[h] - m_b);
-                st.m[h] = m_b;
-                st.l[h] *= f[h];
-            }
+            pair_wg0_beta(st, f, m_a, sm1, r0);
             wgmma_wait_group<0>();
             reg_fence(o);
             if (load_a)  // V0_L consumed
@@ -549,7 +630,7 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
                 phase[0] ^= 1;
             }
         } else {
-            float mx[2] = {-inf_f32(), -inf_f32()}, m_a[2], m_b[2], mu[2], f[2];
+            float mx[2] = {-inf_f32(), -inf_f32()}, m_a[2], m_b[2], f[2];
             if (has_b) {
                 if (kPageClass == 1 && tb + kBlockN > t_stop)
                     zero_tail_rows(smem + kSmemK1, t_stop - tb, 1, wt);
@@ -559,46 +640,15 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
             named_barrier_sync(kBarM0, 2 * kWgThreads);
             if (pre_q)  // warpgroup 0's last Q K^T is done (M0): Q pieces 4-7 are free
                 load_q_pieces<kVPieces, kPieces - 1, kWgThreads>(p, q, nx->req, g, m, rows, wt);
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                m_a[h] = sm0[r0 + 8 * h];
-                m_b[h] = fmaxf(m_a[h], mx[h]);
-                mu[h] = m_a[h] == -inf_f32() ? 0.f : m_a[h];
-                f[h] = ex2(st.m[h] - mu[h]);  // O_R to m_a, where P0 is
-                st.m[h] = m_b[h];
-                st.l[h] *= f[h];
-            }
-            if ((lane & 3) == 0) sm1[r0] = m_b[0], sm1[r0 + 8] = m_b[1];
-            named_barrier_arrive(kBarM1, 2 * kWgThreads);
-            scale_o(o, f);
+            pair_wg1_max(st, o, mx, m_a, m_b, f, sm0, sm1, r0, lane);
             float l_b[2] = {0.f, 0.f};
-            if (has_b) {
-#pragma unroll
-                for (int h = 0; h < 2; h++) mu[h] = m_b[h] == -inf_f32() ? 0.f : m_b[h];
-                exp_rows(s, mu, l_b);
-                store_p<kF16>(smem + kSmemP1, s, wm, lane);
-                fence_proxy_async_shared();
-                named_barrier_arrive(kBarP1, 2 * kWgThreads);
-                p_fragments<kF16>(s, pa);
-            }
+            if (has_b) pair_wg1_p1<kF16>(s, m_b, l_b, pa, smem, wm, lane);
             pv_remote<kF16>(o, kBarP0, base + kSmemP0, k0, 1);  // V0_R: K0 pieces 4-7
             if (next_a) named_barrier_arrive(kBarP0Free, 2 * kWgThreads);
             if (load_a)  // V0_R read
                 load_tile<kVPieces, kPieces, kPageClass>(p, tk, k0, bar0, na, g, wt);
-            // beta = 2^(m_a - m_b) brings O_R and l to the pair's final max.
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                f[h] = m_a[h] == -inf_f32() ? 1.f : ex2(m_a[h] - m_b[h]);
-                st.l[h] = st.l[h] * f[h] + l_b[h];
-            }
-            scale_o(o, f);
-            if (has_b) {
-                wgmma_fence();
-                pv_issue_rs<kF16>(o, pa, k1, 1);
-                wgmma_commit_group();
-                wgmma_wait_group<0>();
-                reg_fence(o);
-            }
+            pair_wg1_beta(st, o, f, m_a, m_b, l_b);
+            if (has_b) pv_rs_wait<kF16>(o, pa, k1, 1);
             if (load_b)  // V1_R consumed (or K1 unused in this pair)
                 load_tile<kVPieces, kPieces, kPageClass>(p, tk, k1, bar1, nb, g, wt);
             if (next_b) {

@@ -45,10 +45,7 @@ struct DecodeFamily90 {
 
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_decode_sm90_kernel(const __grid_constant__ SparseDecodeParams p) {
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    unsigned char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
-    const int nm = (p.h_q + kBlockM - 1) / kBlockM;
-    sm90s::attend_token<DecodeFamily90>(p, smem, blockIdx.x / nm, blockIdx.x % nm);
+    sm90s::attend_cta<DecodeFamily90>(p);
 }
 
 }  // namespace sparse

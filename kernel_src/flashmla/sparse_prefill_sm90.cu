@@ -44,10 +44,7 @@ struct PrefillFamily90 {
 
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_prefill_sm90_kernel(const __grid_constant__ SparsePrefillParams p) {
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    unsigned char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
-    const int nm = (p.h_q + kBlockM - 1) / kBlockM;
-    sm90s::attend_token<PrefillFamily90>(p, smem, blockIdx.x / nm, blockIdx.x % nm);
+    sm90s::attend_cta<PrefillFamily90>(p);
 }
 
 }  // namespace sparse

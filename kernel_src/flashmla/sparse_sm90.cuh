@@ -378,36 +378,11 @@ __device__ __forceinline__ void attend_token(const typename F::Params &p, unsign
             prep_qk<F>(s, q8, q, smem, kSmemK0, bar0, phase[0], wg, wm, lane);
             phase[0] ^= 1;
             scale_mask_words(s, mask0, p.scale_log2, lane);
-            float mx[2], m_a[2], mu[2], f[2];
-            row_max64(s, mx);
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                m_a[h] = fmaxf(st.m[h], mx[h]);
-                mu[h] = m_a[h] == -inf_f32() ? 0.f : m_a[h];
-                f[h] = ex2(st.m[h] - mu[h]);
-                st.l[h] *= f[h];
-            }
-            if ((lane & 3) == 0) sm0[r0] = m_a[0], sm0[r0 + 8] = m_a[1];
-            named_barrier_arrive(kBarM0, 2 * kWgThreads);
-            scale_o(o, f);
-            exp_rows(s, mu, st.l);
-            if (it > 0) named_barrier_sync(kBarP0Free, 2 * kWgThreads);  // the last pair's sP0
-            store_p<false>(smem + kSmemP0, s, wm, lane);
-            fence_proxy_async_shared();
-            named_barrier_arrive(kBarP0, 2 * kWgThreads);
-            p_fragments<false>(s, pa);
-            wgmma_fence();
-            pv_issue_rs<false>(o, pa, k0, 0);
-            wgmma_commit_group();
+            float m_a[2], f[2];
+            pair_wg0_pv<false>(s, st, o, pa, m_a, f, sm0, smem, k0, r0, wm, lane, it > 0);
             // beta = 2^(m_a - m_b) brings O_L to the pair's final max.
             named_barrier_sync(kBarM1, 2 * kWgThreads);
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const float m_b = sm1[r0 + 8 * h];
-                f[h] = m_a[h] == -inf_f32() ? 1.f : ex2(m_a[h] - m_b);
-                st.m[h] = m_b;
-                st.l[h] *= f[h];
-            }
+            pair_wg0_beta(st, f, m_a, sm1, r0);
             wgmma_wait_group<0>();
             reg_fence(o);
             if (next_a) {  // V0_L consumed
@@ -422,7 +397,7 @@ __device__ __forceinline__ void attend_token(const typename F::Params &p, unsign
                 if (next_b) load_share<F, 0>(p, k1, bar1, F::kv_row(p, ib), wt);  // V1_L consumed
             }
         } else {
-            float mx[2] = {-inf_f32(), -inf_f32()}, m_a[2], m_b[2], mu[2], f[2];
+            float mx[2] = {-inf_f32(), -inf_f32()}, m_a[2], m_b[2], f[2];
             // Without tile b (the last pair of an odd count) the product runs on whatever K1
             // holds and is not used: one QK call site, the same path for both cases.
             prep_qk<F>(s, q8, q, smem, kSmemK1, bar1, phase[1], wg, wm, lane, has_b);
@@ -432,47 +407,18 @@ __device__ __forceinline__ void attend_token(const typename F::Params &p, unsign
                 row_max64(s, mx);
             }
             named_barrier_sync(kBarM0, 2 * kWgThreads);
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                m_a[h] = sm0[r0 + 8 * h];
-                m_b[h] = fmaxf(m_a[h], mx[h]);
-                mu[h] = m_a[h] == -inf_f32() ? 0.f : m_a[h];
-                f[h] = ex2(st.m[h] - mu[h]);  // O_R to m_a, where P0 is
-                st.m[h] = m_b[h];
-                st.l[h] *= f[h];
-            }
-            if ((lane & 3) == 0) sm1[r0] = m_b[0], sm1[r0 + 8] = m_b[1];
-            named_barrier_arrive(kBarM1, 2 * kWgThreads);
-            scale_o(o, f);
+            pair_wg1_max(st, o, mx, m_a, m_b, f, sm0, sm1, r0, lane);
             float l_b[2] = {0.f, 0.f};
-            if (has_b) {
-#pragma unroll
-                for (int h = 0; h < 2; h++) mu[h] = m_b[h] == -inf_f32() ? 0.f : m_b[h];
-                exp_rows(s, mu, l_b);
-                store_p<false>(smem + kSmemP1, s, wm, lane);
-                fence_proxy_async_shared();
-                named_barrier_arrive(kBarP1, 2 * kWgThreads);
-                p_fragments<false>(s, pa);
-            }
+            if (has_b) pair_wg1_p1<false>(s, m_b, l_b, pa, smem, wm, lane);
             pv_remote<false>(o, kBarP0, base + kSmemP0, k0, 1);  // V0_R: K0 pieces 4-7
             if (next_a) {
                 named_barrier_arrive(kBarP0Free, 2 * kWgThreads);
                 load_share<F, 1>(p, k0, bar0, F::kv_row(p, ia), wt);  // V0_R consumed
             }
             if (l2_prefetch) prefetch_row<F>(p, ip, wt);
-            // beta = 2^(m_a - m_b) brings O_R and l to the pair's final max.
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                f[h] = m_a[h] == -inf_f32() ? 1.f : ex2(m_a[h] - m_b[h]);
-                st.l[h] = st.l[h] * f[h] + l_b[h];
-            }
-            scale_o(o, f);
+            pair_wg1_beta(st, o, f, m_a, m_b, l_b);
             if (has_b) {
-                wgmma_fence();
-                pv_issue_rs<false>(o, pa, k1, 1);
-                wgmma_commit_group();
-                wgmma_wait_group<0>();
-                reg_fence(o);
+                pv_rs_wait<false>(o, pa, k1, 1);
                 if (next_b) {  // V1_R consumed
                     const unsigned char *rb = F::kv_row(p, ib);
                     write_mask(mask1, rb != nullptr, wt);
@@ -484,6 +430,16 @@ __device__ __forceinline__ void attend_token(const typename F::Params &p, unsign
 
     finish_row_sums(st, red, wm, wg, lane);
     F::store(p, o, st, token, m);
+}
+
+// The body of both kernels: the CTA of a flat grid (token major, ceil(h_q / 64) CTAs a token)
+// runs attend_token on the dynamic shared memory, aligned to 1024 bytes.
+template <class F>
+__device__ __forceinline__ void attend_cta(const typename F::Params &p) {
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+    const int nm = (p.h_q + kBlockM - 1) / kBlockM;
+    attend_token<F>(p, smem, blockIdx.x / nm, blockIdx.x % nm);
 }
 
 }  // namespace sm90s
