@@ -5,7 +5,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/flashmla_kinds.h"
@@ -33,8 +32,7 @@ static mla_status build_decode(const mla__spec *spec, const char *kernel, long l
     MLA_ARG_CHECK(kv >= 0 && kv <= max_kv, "%s: kv_dtype: expected %s, got %lld", spec->kernel,
                   max_kv == MLA__FLASHMLA_KV_FP8 ? "0 (bfloat16), 1 (float16) or 2 (float8_e4m3fn)"
                                                  : "0 (bfloat16) or 1 (float16)", kv);
-    MLA_ARG_CHECK(pc == 0 || pc == 1 || (pc == 3 && max_kv == MLA__FLASHMLA_KV_FP16),
-                  "%s: page_class: expected 0 (any page size) or 1 (%s), got "
+    MLA_ARG_CHECK(pc == 0 || pc == 1, "%s: page_class: expected 0 (any page size) or 1 (%s), got "
                   "%lld", spec->kernel, max_kv == MLA__FLASHMLA_KV_FP8 ? "page size a multiple of 64"
                   : "TMA loads, page size a multiple of 8", pc);
     MLA_ARG_CHECK(c == 0 || c == 1, "%s: causal: expected 0 or 1, got %lld", spec->kernel, c);
@@ -393,9 +391,6 @@ static mla_status launch_decode(mla_runtime *rt, const mla__flashmla_decode_para
     CUtensorMap map;
     memset(&map, 0, sizeof map);
     if (sm90 && page_class == 1 && !encode_k_tma(rt, p, d, &map)) page_class = 0;
-    /* TEMPORARY (A/B measurement, removed before merge): page class 3 is page class 0 without
-     * the overlapped cp.async issue. */
-    if (sm90 && page_class == 0 && getenv("MLAJIT_DENSE_PC0_BASE")) page_class = 3;
     const long long values[] = {d->kv, page_class, d->causal};
     const mla__kernel *k = NULL;
     MLA_FORWARD_IF_ERROR(get_kernel(rt, kind, names, values, 3, &k));

@@ -268,23 +268,15 @@ __device__ __forceinline__ void opaque(unsigned long long &v) { asm volatile("" 
 // S = Q K^T for the tile in buf (36 wgmma.m64n64k16, the last 4 with Q from registers), waiting
 // for each group's mbarrier (phase `parity`) before its products; returns with S complete.
 // Descriptors: the start address field is bits 0-13 of (address >> 4), so an offset below
-// 256 KiB is added to a descriptor as offset >> 4. mid() runs once the products of pieces 0-3 are
-// issued, before the wait for pieces 4-8: work there (the cp.async of another buffer) overlaps
-// the tensor cores' work; it must not touch s.
-struct NoMid {
-    __device__ __forceinline__ void operator()() const {}
-};
-
-template <bool kF16, bool kGenericLoads, typename Mid = NoMid>
+// 256 KiB is added to a descriptor as offset >> 4.
+template <bool kF16, bool kGenericLoads>
 __device__ __forceinline__ void qk_tile(float (&s)[8][4], const unsigned (&q8)[4][4], unsigned q,
-                                        unsigned buf, unsigned bars, unsigned parity,
-                                        Mid mid = Mid()) {
+                                        unsigned buf, unsigned bars, unsigned parity) {
     const unsigned long long qd0 = wgmma_desc_sw128(q, 16, 1024);
     const unsigned long long kd0 = wgmma_desc_sw128(buf, 16, 1024);
     wgmma_fence();
 #pragma unroll
     for (int pc = 0; pc < kPieces - 1; pc++) {
-        if (pc == kVPieces) mid();
         if (pc == 0 || pc == kVPieces) {
             mbarrier_wait_parity(bars + (pc == 0 ? 0 : 8), parity);
             if (kGenericLoads) fence_proxy_async_shared();  // cp.async data, seen via the mbarrier
@@ -439,9 +431,6 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
                                unsigned (&phase)[2], int req, int g, int m, int rows, int len,
                                int t_begin, int t_end, bool direct, int slot, bool preloaded) {
     constexpr bool kF16 = KvTraits<kKV>::kF16;
-    // cp.async (page class 0): two of the pair's four refills are issued while the issuing
-    // warpgroup's products run (page class 3, temporary: the same kernel without, to compare)
-    constexpr bool kOverlapLoads = kPageClass == 0;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp & 3, wg = warp >> 2;
     const int wt = threadIdx.x & (kWgThreads - 1);
     const unsigned base = smem_addr(smem);
@@ -553,19 +542,11 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
                 load_tile<0, kVPieces, kPageClass>(p, tk, k0, bar0, na, g, wt);
             scale_o(o, f);
             if (has_b) pv_remote<kF16>(o, kBarP1, base + kSmemP1, k1, 0);  // V1_L: K1 pieces 0-3
-            if (kOverlapLoads && next_a) {
-                // V1_L consumed: K1's cp.async issued under the products of pieces 0-3 of S0
-                qk_tile<kF16, true>(s, q8, q, k0, bar0, phase[0], [&] {
-                    if (load_b) load_tile<0, kVPieces, kPageClass>(p, tk, k1, bar1, nb, g, wt);
-                });
+            if (load_b)  // V1_L consumed (or K1 unused in this pair)
+                load_tile<0, kVPieces, kPageClass>(p, tk, k1, bar1, nb, g, wt);
+            if (next_a) {
+                qk_tile<kF16, kPageClass != 1>(s, q8, q, k0, bar0, phase[0]);
                 phase[0] ^= 1;
-            } else {
-                if (load_b)  // V1_L consumed (or K1 unused in this pair)
-                    load_tile<0, kVPieces, kPageClass>(p, tk, k1, bar1, nb, g, wt);
-                if (next_a) {
-                    qk_tile<kF16, kPageClass != 1>(s, q8, q, k0, bar0, phase[0]);
-                    phase[0] ^= 1;
-                }
             }
         } else {
             float mx[2] = {-inf_f32(), -inf_f32()}, m_a[2], m_b[2], mu[2], f[2];
@@ -602,7 +583,7 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
             }
             pv_remote<kF16>(o, kBarP0, base + kSmemP0, k0, 1);  // V0_R: K0 pieces 4-7
             if (next_a) named_barrier_arrive(kBarP0Free, 2 * kWgThreads);
-            if (load_a && !(kOverlapLoads && has_b))  // V0_R read
+            if (load_a)  // V0_R read
                 load_tile<kVPieces, kPieces, kPageClass>(p, tk, k0, bar0, na, g, wt);
             // beta = 2^(m_a - m_b) brings O_R and l to the pair's final max.
 #pragma unroll
@@ -615,8 +596,6 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
                 wgmma_fence();
                 pv_issue_rs<kF16>(o, pa, k1, 1);
                 wgmma_commit_group();
-                if (kOverlapLoads && load_a)  // K0's cp.async under O_R += P1 V1_R
-                    load_tile<kVPieces, kPieces, kPageClass>(p, tk, k0, bar0, na, g, wt);
                 wgmma_wait_group<0>();
                 reg_fence(o);
             }
