@@ -9,9 +9,8 @@
 
 static const char *const mode_names[] = {"none", "fp8", "nvfp4"};
 
-/* Checks that a spec has exactly the parameters names[0..n) and each is in [0, max[i]]. */
-static mla_status check_params(const mla__spec *spec, const char *const *names,
-                               const long long *max, int n) {
+mla_status mla__fq_check_params(const mla__spec *spec, const char *const *names,
+                                const long long *max, int n) {
     MLA_ARG_CHECK(spec->n_params == n, "%s: expected %d parameters, got %d", spec->kernel, n,
                   spec->n_params);
     for (int i = 0; i < n; i++) {
@@ -39,7 +38,7 @@ mla_status mla__fakequant_qdq_build(const mla__spec *spec, char *name_expr, size
                                     mla__launch_info *launch) {
     static const char *const names[] = {"in_dtype", "mode"};
     static const long long max[] = {2, 2};
-    MLA_FORWARD_IF_ERROR(check_params(spec, names, max, 2));
+    MLA_FORWARD_IF_ERROR(mla__fq_check_params(spec, names, max, 2));
     MLA_ARG_CHECK(spec->params[1].value != 0, "%s: mode: expected 1 (fp8) or 2 (nvfp4), got 0",
                   spec->kernel);
     char text[96];
@@ -48,27 +47,29 @@ mla_status mla__fakequant_qdq_build(const mla__spec *spec, char *name_expr, size
     return set_launch(spec, name_expr, size, text, MLA__FQ_QDQ_THREADS, 0, launch);
 }
 
-mla_status mla__fakequant_decode_build(const mla__spec *spec, char *name_expr, size_t size,
-                                       mla__launch_info *launch) {
+/* The parameters both decode kinds take (cache_dtype, k_qdq, v_qdq, p_qdq) checked, and the name
+ * expression of kernel (a qualified template name) with them in text[128]. */
+static mla_status decode_text(const mla__spec *spec, const char *kernel, char (*text)[128]) {
     static const char *const names[] = {"cache_dtype", "k_qdq", "v_qdq", "p_qdq"};
     static const long long max[] = {1, 2, 2, 2};
-    MLA_FORWARD_IF_ERROR(check_params(spec, names, max, 4));
-    char text[128];
-    snprintf(text, sizeof text, "mla::fakequant::decode_kernel<%s, %lld, %lld, %lld>",
+    MLA_FORWARD_IF_ERROR(mla__fq_check_params(spec, names, max, 4));
+    snprintf(*text, sizeof *text, "%s<%s, %lld, %lld, %lld>", kernel,
              spec->params[0].value ? "true" : "false", spec->params[1].value,
              spec->params[2].value, spec->params[3].value);
+    return MLA_OK;
+}
+
+mla_status mla__fakequant_decode_build(const mla__spec *spec, char *name_expr, size_t size,
+                                       mla__launch_info *launch) {
+    char text[128];
+    MLA_FORWARD_IF_ERROR(decode_text(spec, "mla::fakequant::decode_kernel", &text));
     return set_launch(spec, name_expr, size, text, MLA__FQ_THREADS, MLA__FQ_DECODE_SMEM, launch);
 }
 
 mla_status mla__fakequant_decode_mma_build(const mla__spec *spec, char *name_expr, size_t size,
                                            mla__launch_info *launch) {
-    static const char *const names[] = {"cache_dtype", "k_qdq", "v_qdq", "p_qdq"};
-    static const long long max[] = {1, 2, 2, 2};
-    MLA_FORWARD_IF_ERROR(check_params(spec, names, max, 4));
     char text[128];
-    snprintf(text, sizeof text, "mla::fakequant::mmadec::decode_mma_kernel<%s, %lld, %lld, %lld>",
-             spec->params[0].value ? "true" : "false", spec->params[1].value,
-             spec->params[2].value, spec->params[3].value);
+    MLA_FORWARD_IF_ERROR(decode_text(spec, "mla::fakequant::mmadec::decode_mma_kernel", &text));
     MLA_FORWARD_IF_ERROR(set_launch(spec, name_expr, size, text, MLA__FQ_THREADS,
                                     MLA__FQ_DECODE_MMA_SMEM, launch));
     launch->cluster = mla__fq_mma_cluster(spec->params[1].value, spec->params[2].value);
@@ -79,7 +80,7 @@ mla_status mla__fakequant_combine_build(const mla__spec *spec, char *name_expr, 
                                         mla__launch_info *launch) {
     static const char *const names[] = {"out_dtype"};
     static const long long max[] = {2};
-    MLA_FORWARD_IF_ERROR(check_params(spec, names, max, 1));
+    MLA_FORWARD_IF_ERROR(mla__fq_check_params(spec, names, max, 1));
     char text[96];
     snprintf(text, sizeof text, "mla::fakequant::combine_kernel<%lld>", spec->params[0].value);
     return set_launch(spec, name_expr, size, text, MLA__FQ_THREADS, 0, launch);

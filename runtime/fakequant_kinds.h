@@ -149,6 +149,10 @@ _Static_assert(sizeof(mla__fq_prefill_mma_params) == 184, "mirror of PrefillMmaP
 /* The fp32 scale of a mode's per-tensor amax (NAN: None): fp8 amax / 448, nvfp4 amax / 2688
  * (the global scale), 1 for None or mode none. */
 float mla__fq_scale(int mode, float amax);
+/* Checks that a kind's spec has exactly the parameters names[0..n), in order, and each is in
+ * [0, max[i]] (the builders of runtime/fakequant.c and fakequant_prefill.c). */
+mla_status mla__fq_check_params(const struct mla__spec *spec, const char *const *names,
+                                const long long *max, int n);
 /* Checks a mode ("<name> must be one of ...") and, when the mode is set, its amax ("finite
  * positive"). */
 mla_status mla__fq_check_mode(int mode, float amax, const char *name, const char *amax_name);

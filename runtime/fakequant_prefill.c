@@ -18,15 +18,7 @@ mla_status mla__fakequant_prefill_build(const mla__spec *spec, char *name_expr, 
     static const char *const names[] = {"dtype", "q_quant", "k_quant", "p_quant", "v_quant",
                                         "sparsity_m"};
     static const long long max[] = {1, 2, 2, 2, 2, 8};
-    MLA_ARG_CHECK(spec->n_params == 6, "%s: expected 6 parameters, got %d", spec->kernel,
-                  spec->n_params);
-    for (int i = 0; i < 6; i++) {
-        MLA_ARG_CHECK(!strcmp(spec->params[i].name, names[i]), "%s: parameter %d: expected %s, "
-                      "got %s", spec->kernel, i, names[i], spec->params[i].name);
-        MLA_ARG_CHECK(spec->params[i].value >= 0 && spec->params[i].value <= max[i],
-                      "%s: %s: expected 0..%lld, got %lld", spec->kernel, names[i], max[i],
-                      spec->params[i].value);
-    }
+    MLA_FORWARD_IF_ERROR(mla__fq_check_params(spec, names, max, 6));
     long long m = spec->params[5].value;
     MLA_ARG_CHECK(m == 0 || m == 4 || m == 8, "%s: sparsity_m: expected 0 (off), 4 or 8, got %lld",
                   spec->kernel, m);
@@ -50,15 +42,7 @@ mla_status mla__fakequant_prefill_mma_build(const mla__spec *spec, char *name_ex
     static const char *const names[] = {"dtype", "q_quant", "k_quant", "p_quant", "v_quant",
                                         "sparsity_m", "dqk", "dv", "warps", "rows_per_warp"};
     static const long long max[] = {1, 2, 2, 2, 2, 8, 192, 128, 8, 32};
-    MLA_ARG_CHECK(spec->n_params == 10, "%s: expected 10 parameters, got %d", spec->kernel,
-                  spec->n_params);
-    for (int i = 0; i < 10; i++) {
-        MLA_ARG_CHECK(!strcmp(spec->params[i].name, names[i]), "%s: parameter %d: expected %s, "
-                      "got %s", spec->kernel, i, names[i], spec->params[i].name);
-        MLA_ARG_CHECK(spec->params[i].value >= 0 && spec->params[i].value <= max[i],
-                      "%s: %s: expected 0..%lld, got %lld", spec->kernel, names[i], max[i],
-                      spec->params[i].value);
-    }
+    MLA_FORWARD_IF_ERROR(mla__fq_check_params(spec, names, max, 10));
     long long m = spec->params[5].value, dqk = spec->params[6].value, dv = spec->params[7].value;
     long long w = spec->params[8].value, rows = spec->params[9].value;
     MLA_ARG_CHECK(m == 0 || m == 4 || m == 8, "%s: sparsity_m: expected 0 (off), 4 or 8, got %lld",

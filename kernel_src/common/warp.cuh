@@ -18,4 +18,15 @@ __device__ __forceinline__ float group_sum(float v) {
     return v;
 }
 
+// Max / sum over the 4 lanes of a quad (the lanes holding one row of an mma.sync C fragment),
+// xor 1 then xor 2 (group_sum<4> adds in the other order).
+__device__ __forceinline__ float quad_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
 }  // namespace mla

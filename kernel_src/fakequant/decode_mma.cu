@@ -45,6 +45,8 @@
 #include <cuda_fp16.h>
 
 #include "fakequant/decode_mma_codes.cuh"
+#include "common/tile16.cuh"
+#include "common/warp.cuh"
 #include "flashmla/ptx.cuh"
 
 namespace mla {
@@ -90,9 +92,6 @@ static_assert(kSmemBytes == 226304, "runtime/fakequant_kinds.h MLA__FQ_DECODE_MM
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
-__device__ __forceinline__ unsigned swz(int r, int c, int row_bytes) {
-    return (unsigned)(r * row_bytes + ((c ^ (r & 7)) << 4));
-}
 __device__ __forceinline__ unsigned pswz(int r, int c) {
     return (unsigned)(r * kPRowB + ((c ^ ((r >> 1) & 3)) << 4));
 }
@@ -116,15 +115,6 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
 template <bool kF16>
 __device__ __forceinline__ float lo_part(float x) {
     return x - h2f<kF16>(f2h<kF16>(x));
-}
-
-__device__ __forceinline__ float quad_max(float v) {
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-__device__ __forceinline__ float quad_sum(float v) {
-    v += __shfl_xor_sync(0xffffffffu, v, 1);
-    return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
 // bar.sync of the two warps (wm, wm + 4) of a row slab.

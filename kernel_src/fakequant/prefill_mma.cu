@@ -30,6 +30,7 @@
 #include <cuda_fp16.h>
 
 #include "common/ptx_mma.cuh"
+#include "common/tile16.cuh"
 #include "fakequant/quant_code.cuh"
 
 namespace mla {
@@ -83,18 +84,6 @@ __device__ __forceinline__ void pm_mma(float c[4], const unsigned a[4], unsigned
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
     else
         mma_bf16_16816(c, a, b0, b1);
-}
-
-// Two fp32 values (exact codes, or p rounded to nearest) as a 16-bit pair, lo in the low half.
-template <bool kF16>
-__device__ __forceinline__ unsigned pm_pack(float lo, float hi) {
-    if constexpr (kF16) {
-        __half2 h = __floats2half2_rn(lo, hi);
-        return *reinterpret_cast<unsigned *>(&h);
-    } else {
-        __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-        return *reinterpret_cast<unsigned *>(&h);
-    }
 }
 
 template <bool kF16>
@@ -314,8 +303,8 @@ __device__ __forceinline__ void pm_chunk_p(const float (&s)[8][4], int c, int nb
                 for (int k = 2 * h; k < 2 * h + 2; k++) pv[e][k] = nvfp4_code(pv[e][k], e4, sb);
         }
     }
-    a[0] = pm_pack<kF16>(pv[0][0], pv[0][1]), a[1] = pm_pack<kF16>(pv[0][2], pv[0][3]);
-    a[2] = pm_pack<kF16>(pv[1][0], pv[1][1]), a[3] = pm_pack<kF16>(pv[1][2], pv[1][3]);
+    a[0] = pack2<kF16>(pv[0][0], pv[0][1]), a[1] = pack2<kF16>(pv[0][2], pv[0][3]);
+    a[2] = pack2<kF16>(pv[1][0], pv[1][1]), a[3] = pack2<kF16>(pv[1][2], pv[1][3]);
 }
 
 // out = acc pv_eff / max(l, 1e-6) and lse = ln2 (m + log2 l) of one m-tile: this lane's rows ra
@@ -342,7 +331,7 @@ __device__ __forceinline__ void pm_store(const PrefillMmaParams &p, float (&o)[k
                                                       (long long)head * p.o_stride_h);
 #pragma unroll
         for (int j = 0; j < kOn; j++)
-            orow[j * 4 + t4] = pm_pack<kF16>(__fdiv_rn(__fmul_rn(o[j][2 * h], p.pv_eff), denom),
+            orow[j * 4 + t4] = pack2<kF16>(__fdiv_rn(__fmul_rn(o[j][2 * h], p.pv_eff), denom),
                                              __fdiv_rn(__fmul_rn(o[j][2 * h + 1], p.pv_eff), denom));
         if (p.lse && t4 == 0)
             p.lse[(long long)head * p.total_q + q0 + i] =

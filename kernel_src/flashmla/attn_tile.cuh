@@ -20,6 +20,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "common/tile16.cuh"
+#include "common/warp.cuh"
 #include "flashmla/ptx.cuh"
 
 namespace mla {
@@ -27,22 +29,8 @@ namespace flashmla {
 
 constexpr int kDV = 512, kBlockM = 64, kBlockN = 64, kThreads = 256;
 
-// Byte offset of 16-byte chunk c of row r in a swizzled tile of rows of `row_bytes`.
-__device__ __forceinline__ unsigned swz(int r, int c, int row_bytes) {
-    return (unsigned)(r * row_bytes + ((c ^ (r & 7)) << 4));
-}
-
-// Two floats as a packed 16-bit pair (fp16 when kF16, else bf16; round to nearest even).
-template <bool kF16>
-__device__ __forceinline__ unsigned pack2(float lo, float hi) {
-    if constexpr (kF16) {
-        __half2 h = __floats2half2_rn(lo, hi);
-        return *reinterpret_cast<unsigned *>(&h);
-    } else {
-        __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-        return *reinterpret_cast<unsigned *>(&h);
-    }
-}
+// swz (tile offsets), pack2 (16-bit pairs): common/tile16.cuh; quad_max, quad_sum (the row
+// reductions of a C fragment): common/warp.cuh.
 
 // ---- tensor-core steps ------------------------------------------------------------------------
 
@@ -116,16 +104,6 @@ __device__ __forceinline__ void scale_and_mask(float (&s)[4][4], float scale, in
             const int c = wn * 32 + n * 8 + (lane & 3) * 2 + (e & 1);
             s[n][e] = visible(c, e >> 1) ? s[n][e] * scale : -inf_f32();
         }
-}
-
-// Max / sum over the 4 lanes of a quad (the lanes holding one row), xor 1 then xor 2.
-__device__ __forceinline__ float quad_max(float v) {
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-__device__ __forceinline__ float quad_sum(float v) {
-    v += __shfl_xor_sync(0xffffffffu, v, 1);
-    return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
 // Publishes the maxima of this warp's S over the thread's two rows to red[wn][row] (one block
