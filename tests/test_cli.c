@@ -128,7 +128,11 @@ Test(cli, list_presets) {
     cr_assert_eq(run_cli("precompile --list-presets"), 0, "--list-presets: '%s'", out);
     cr_expect(strstr(out, "dsv4-flash") && strstr(out, "dsv4_attention_plan"),
               "--list-presets: expected dsv4-flash with dsv4_attention_plan, got '%s'", out);
+    cr_expect(strstr(out, "flashmla-sparse") && strstr(out, "flashmla_sparse_prefill_sm90"),
+              "--list-presets: expected flashmla-sparse with flashmla_sparse_prefill_sm90, got "
+              "'%s'", out);
 }
+
 
 /* Reads "precompiled N specs for K archs: C compiled, H cached, F failed" from out. */
 static int summary(int *specs, int *archs, int *compiled, int *cached, int *failed) {
@@ -256,6 +260,17 @@ Test(cli, bench_without_gpu_exits_1) {
     if (has_device) cr_skip_test("a GPU is present: bench times kernels, tests never do");
     cr_expect_eq(run_cli("bench"), 1, "bench without a GPU: '%s'", out);
     cr_expect(strstr(out, "GPU") != NULL, "bench without a GPU: expected a message, got '%s'", out);
+}
+
+/* The sparse preset compiles for sm_100a with its two sm_90a-only kinds skipped (no GPU needed). */
+Test(cli, precompile_sparse_preset_skips_sm90_kinds_elsewhere) {
+    int specs, archs, compiled, cached, failed;
+    cr_assert_eq(run_cli("precompile --preset flashmla-sparse --arch sm_100a --jobs 2"), 0,
+                 "precompile --preset flashmla-sparse --arch sm_100a: '%s'", out);
+    cr_assert(summary(&specs, &archs, &compiled, &cached, &failed), "no summary in '%s'", out);
+    cr_expect(specs == 5 && archs == 1 && failed == 0 && compiled + cached == 3,
+              "flashmla-sparse for sm_100a: expected 5 specs, 3 built (2 sm_90a-only skipped), "
+              "got '%s'", out);
 }
 
 #else

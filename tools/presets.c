@@ -63,11 +63,25 @@ static const char *const flashmla_decode[] = {
     NULL,
 };
 
+/* FlashMLA-compatible sparse decode (fp8 656-byte rows) and sparse prefill (d_qk 576 and 512):
+ * the portable kernels and the sm_90a wgmma ones (decode; prefill at d_qk 576; compiled for
+ * sm_90a only, the one target they run on). */
+static const char *const flashmla_sparse[] = {
+    "{\"kernel\": \"flashmla_sparse_decode\"}",
+    "{\"kernel\": \"flashmla_sparse_prefill\", \"d_qk\": 576}",
+    "{\"kernel\": \"flashmla_sparse_prefill\", \"d_qk\": 512}",
+    "{\"kernel\": \"flashmla_sparse_decode_sm90\"}",
+    "{\"kernel\": \"flashmla_sparse_prefill_sm90\"}",
+    NULL,
+};
+
 static const cli_preset presets[] = {
     {"dsv4-flash", "DeepSeek-V4-Flash (H=4096, pages 128/256, draft_tokens 0..3, SWA+HCA)",
      dsv4_flash},
     {"flashmla-decode", "FlashMLA-compatible dense decode (bf16/fp16/fp8 KV, any page size, "
      "causal and not)", flashmla_decode},
+    {"flashmla-sparse", "FlashMLA-compatible sparse decode (fp8 656-byte rows) and sparse prefill "
+     "(d_qk 576 and 512)", flashmla_sparse},
 };
 
 const cli_preset *cli_presets(int *count) {
