@@ -19,5 +19,11 @@ mla_status mla__dsv4_output_proj_a_build(const struct mla__spec *spec, char *nam
                                          struct mla__launch_info *launch);
 mla_status mla__dsv4_output_proj_b_build(const struct mla__spec *spec, char *name_expr, size_t size,
                                          struct mla__launch_info *launch);
+/* "dsv4_output_proj_a_stream" and "dsv4_output_proj_b_stream": the T <= 64 weight-streaming
+ * variants, params H, G, NT (8-token tiles: 1, 2, 4, 8). */
+mla_status mla__dsv4_output_proj_a_stream_build(const struct mla__spec *spec, char *name_expr,
+                                                size_t size, struct mla__launch_info *launch);
+mla_status mla__dsv4_output_proj_b_stream_build(const struct mla__spec *spec, char *name_expr,
+                                                size_t size, struct mla__launch_info *launch);
 
 #endif

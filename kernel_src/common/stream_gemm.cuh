@@ -1,0 +1,345 @@
+// A weight-streaming block-scaled GEMM for few tokens (sm_90 and later: cp.async.bulk, mbarrier
+// expect_tx; so sm_90a and sm_100a alike): one CTA computes the transposed output tile
+//
+//   D[r][t] = sum_k W[n0 + r, w_k0 + k] * A[t, k]       r < BN, t < T, k < k_len
+//
+// with both operands MXFP8: e4m3 bytes and one ue8m0 scale per 32-wide K group (W's scales in
+// SfAtom order over the whole W, A's row-major [T, k_len / 32]), so that
+//
+//   D[r][t] = sum_g 2^(sw[r,g] - 127) 2^(sa[t,g] - 127) sum_{k in g} w[r,k] a[t,k]   (codes)
+//
+// For T <= 64 the product is a skinny GEMM bound by reading W once, so the CTA streams its BN
+// rows of W through a ring of kStages stages of kKS bytes per row with bulk copies
+// (cp.async.bulk, one per row, completing on the stage's mbarrier), issued by one producer warp,
+// so that several stages (tens of KB per SM) are in flight; the A rows of the same K range ride
+// in the same stage (they are small and L2-resident). Eight consumer warps multiply.
+//
+// The math (exact up to fp32 summation order): e4m3 codes are exact in f16, so each 16-wide K
+// step is one mma.sync.m16n8k16 f16 x f16 -> f32 on the raw codes, converted in registers with
+// cvt.rn.f16x2.e4m3x2 (one instruction per two bytes; no dequantization pass in shared memory).
+// The two k16 steps of a 32-wide group go into a fresh fp32 partial, which is then added to the
+// accumulator times the product of the group's two scales (a power of two). W is the MMA's A
+// operand (16 rows of W), A the B operand (8 tokens), so T rows cost ceil(T / 8) MMA columns.
+//
+// K order inside a 16-wide MMA step: a thread's fragment registers hold bytes 4c..4c+3 of a
+// 16-byte chunk (ldmatrix of byte pairs, c = lane % 4); the f16 pairs (4c, 4c+1) and
+// (4c+2, 4c+3) are used as the MMA's k pairs (2c, 2c+1) and (2c+8, 2c+9) for both operands, so
+// the MMA sums exactly the 16 products of the chunk (a fixed permutation of its k).
+//
+// Shared memory (Cfg::kSmemBytes, 128-byte aligned): kStages stages, each
+//   W rows  [BN][kKS + 16]   (a 16-byte pad per row: conflict-free ldmatrix)
+//   A rows  [kTP][kKS + 16]  (tokens >= T are never written; they only feed discarded columns)
+//   W scales: the kKS / 128 SfAtom blocks (512 bytes each: 128 rows x 4 groups) of the rows' block
+// then the A scale table [kTP][kSfRow] bytes (all of A's k_len / 32 groups, loaded once), then
+// 2 kStages mbarriers. After the K loop the stage memory holds the cross-warp reduction.
+//
+// Use: every thread of a block of Cfg::kThreads threads calls run<Cfg>(op, n0, smem, ready,
+// epilogue). ready() is called by every lane of the producer warp before its first A copy and by
+// one thread of the consumers (then a barrier) before they read the A scales (e.g. a spin on a ready counter; it
+// must return in both); the W stream starts before it. epilogue(D, T) is called by the 256
+// consumer threads (threadIdx.x < 256) with D a shared-memory float tile, D[r * kDPitch + t]
+// (t < T valid), and may use named barrier 1 (256 threads) but not __syncthreads. Requirements:
+// k_len % kKS == 0, k_len / 32 <= kSfRow, w_k0 % 128 == 0, n0 % BN == 0 and the BN rows inside one
+// 128-row SfAtom block (BN divides 128), 16-byte aligned a, w, lda, ldw; 1 <= T <= kTP.
+#pragma once
+
+#include "common/fp8.cuh"
+#include "common/mbarrier.cuh"
+
+namespace mla {
+namespace sgemm {
+
+template <int kBN_, int kNT_, int kKS_, int kStages_, int kWR_, int kSfRow_>
+struct Config {
+    static constexpr int kBN = kBN_, kNT = kNT_, kKS = kKS_, kStages = kStages_, kWR = kWR_;
+    static constexpr int kSfRow = kSfRow_;
+    static constexpr int kConsumerWarps = 8, kWK = kConsumerWarps / kWR;
+    static constexpr int kConsumers = kConsumerWarps * 32;
+    static constexpr int kThreads = kConsumers + 32;        // + one producer warp
+    static constexpr int kTP = 8 * kNT;                     // token rows of a stage
+    static constexpr int kPitch = kKS + 16;
+    static constexpr int kGroups = kKS / 32, kAtoms = kKS / 128;
+    static constexpr int kWarpGroups = kGroups / kWK;       // 32-wide groups per warp and stage
+    static constexpr int kWarpRows = kBN / kWR, kRT = kWarpRows / 16;
+    static_assert(kKS % 128 == 0 && kGroups % kWK == 0, "whole groups per warp");
+    static_assert(kBN % (16 * kWR) == 0 && 128 % kBN == 0, "16-row tiles inside one SfAtom block");
+    static_assert(kSfRow % 4 == 0, "scale rows of whole words");
+    static constexpr int kWBytes = kBN * kPitch, kABytes = kTP * kPitch, kWSfBytes = kAtoms * 512;
+    static constexpr int kStageBytes = kWBytes + kABytes + kWSfBytes;
+    static constexpr int kRingBytes = kStages * kStageBytes;
+    static constexpr int kDPitch = kTP + 1;
+    static constexpr int kRedBytes = kWK * kBN * kDPitch * 4;
+    static_assert(kRedBytes <= kRingBytes, "the reduction fits the ring");
+    static constexpr int kTableBytes = kTP * kSfRow;
+    static constexpr int kBarOffset = kRingBytes + kTableBytes;
+    static constexpr int kSmemBytes = kBarOffset + 2 * kStages * 8;
+};
+
+struct Operands {
+    const unsigned char *a;      // A row t at a + t * lda (its K range)
+    const unsigned char *a_sf;   // A's scales: group j of row t at a_sf[t * lda_sf + j]
+    long long lda, lda_sf;
+    const unsigned char *w;      // W row n at w + n * ldw, K range from column w_k0
+    const unsigned char *w_sf;   // SfAtom over the whole W
+    long long ldw;
+    int w_kb;                    // W's K / 32
+    int w_k0, k_len, T;
+};
+
+__device__ __forceinline__ unsigned smem_u32(const void *p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+// cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes: bytes (a multiple of 16,
+// 16-byte aligned ends) from global src to shared dst, completing on bar.
+__device__ __forceinline__ void bulk_copy(unsigned dst, const void *src, unsigned bytes,
+                                          unsigned bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+        ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
+        : "memory");
+}
+
+// mbarrier.arrive.shared::cta.b64 (one arrival, no tx).
+__device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// fence.proxy.async.global: generic-proxy global writes this thread has observed (another CTA's,
+// through an acquire) become visible to the bulk copies it issues next.
+__device__ __forceinline__ void fence_proxy_async_global() {
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
+// ldmatrix .x4 / .x2 of b16 (here: byte pairs).
+__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x2(unsigned (&r)[2], unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(addr));
+}
+
+// Four e4m3 bytes -> two f16x2 words (bytes 0, 1 -> lo; 2, 3 -> hi; the low byte in the low half).
+__device__ __forceinline__ void e4m3x4_to_f16x2x2(unsigned w, unsigned &lo, unsigned &hi) {
+    asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l;\n"
+        "cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+        : "=r"(lo), "=r"(hi)
+        : "r"(w));
+}
+
+// d = a b (+ c): mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32.
+__device__ __forceinline__ void mma_f16_zero(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                             unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f));
+}
+__device__ __forceinline__ void mma_f16(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                        unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <class Cfg>
+struct Smem {
+    unsigned char *base;
+    __device__ __forceinline__ unsigned char *w(int s) const { return base + s * Cfg::kStageBytes; }
+    __device__ __forceinline__ unsigned char *a(int s) const { return w(s) + Cfg::kWBytes; }
+    __device__ __forceinline__ unsigned char *wsf(int s) const { return a(s) + Cfg::kABytes; }
+    __device__ __forceinline__ unsigned char *table() const { return base + Cfg::kRingBytes; }
+    __device__ __forceinline__ unsigned full(int s) const {
+        return smem_u32(base + Cfg::kBarOffset + 8 * s);
+    }
+    __device__ __forceinline__ unsigned empty(int s) const {
+        return smem_u32(base + Cfg::kBarOffset + 8 * (Cfg::kStages + s));
+    }
+};
+
+// The producer warp: every K-step's copies, W first (before ready()), then A.
+template <class Cfg, class Ready>
+__device__ __forceinline__ void produce(const Operands &op, int n0, const Smem<Cfg> &sm,
+                                        Ready ready) {
+    const int lane = (int)(threadIdx.x % 32);
+    const int steps = op.k_len / Cfg::kKS;
+    const unsigned a_bytes = (unsigned)op.T * Cfg::kKS;
+    const unsigned bytes = Cfg::kBN * Cfg::kKS + a_bytes + Cfg::kWSfBytes;
+    // The SfAtom blocks of this CTA's 128-row block, K-atom kb at blk0 + (kb / 4) * 512.
+    const unsigned char *wsf0 = op.w_sf + (long long)(n0 / 128) * ((op.w_kb + 3) / 4) * 512;
+    auto issue_w = [&](int ks) {
+        const int s = ks % Cfg::kStages;
+        if (lane == 0) mbarrier_arrive_expect_tx(sm.full(s), bytes);
+        __syncwarp();
+        const long long k = (long long)op.w_k0 + (long long)ks * Cfg::kKS;
+        for (int r = lane; r < Cfg::kBN; r += 32)
+            bulk_copy(smem_u32(sm.w(s) + r * Cfg::kPitch), op.w + (n0 + r) * op.ldw + k,
+                      Cfg::kKS, sm.full(s));
+        if (lane < Cfg::kAtoms)
+            bulk_copy(smem_u32(sm.wsf(s) + lane * 512), wsf0 + (k / 128 + lane) * 512, 512,
+                      sm.full(s));
+    };
+    auto issue_a = [&](int ks) {
+        const int s = ks % Cfg::kStages;
+        const long long k = (long long)ks * Cfg::kKS;
+        for (int t = lane; t < op.T; t += 32)
+            bulk_copy(smem_u32(sm.a(s) + t * Cfg::kPitch), op.a + t * op.lda + k, Cfg::kKS,
+                      sm.full(s));
+    };
+    const int pre = steps < Cfg::kStages ? steps : Cfg::kStages;
+    for (int ks = 0; ks < pre; ++ks) issue_w(ks);
+    ready();                                            // every lane: each issues A copies
+    __syncwarp();
+    fence_proxy_async_global();
+    for (int ks = 0; ks < pre; ++ks) issue_a(ks);
+    for (int ks = pre; ks < steps; ++ks) {
+        mbarrier_wait_parity(sm.empty(ks % Cfg::kStages), (unsigned)((ks / Cfg::kStages - 1) & 1));
+        issue_w(ks);
+        issue_a(ks);
+    }
+}
+
+__device__ __forceinline__ float ue8m0(unsigned b) { return fp8::ue8m0_decode(b & 0xffu); }
+
+// One consumer warp over all K-steps: acc[i][j] is its 16-row tile i x 8-token tile j.
+template <class Cfg>
+__device__ __forceinline__ void consume(const Operands &op, int n0, const Smem<Cfg> &sm,
+                                        float (&acc)[Cfg::kRT][Cfg::kNT][4]) {
+    const int warp = (int)(threadIdx.x / 32), lane = (int)(threadIdx.x % 32);
+    const int wr = warp % Cfg::kWR, wk = warp / Cfg::kWR;
+    const int steps = op.k_len / Cfg::kKS;
+    const int q = lane / 8, lr = lane % 8, c = lane % 4, gr = lane / 4;
+    const unsigned char *table = sm.table();
+#pragma unroll
+    for (int i = 0; i < Cfg::kRT; ++i)
+#pragma unroll
+        for (int j = 0; j < Cfg::kNT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+    for (int ks = 0; ks < steps; ++ks) {
+        const int s = ks % Cfg::kStages;
+        mbarrier_wait_parity(sm.full(s), (unsigned)((ks / Cfg::kStages) & 1));
+        const unsigned wbase = smem_u32(sm.w(s)), abase = smem_u32(sm.a(s));
+        const unsigned char *wsf = sm.wsf(s);
+#pragma unroll
+        for (int gi = 0; gi < Cfg::kWarpGroups; ++gi) {
+            const int g = wk * Cfg::kWarpGroups + gi;          // group in the stage
+            const int kg = ks * Cfg::kGroups + g;              // group in A's K range
+            // B fragments (tokens): chunks 2g, 2g + 1 of rows 8j + lr (lanes 0..15 address).
+            unsigned b[Cfg::kNT][4];
+            float sa[Cfg::kNT][2];
+#pragma unroll
+            for (int j = 0; j < Cfg::kNT; ++j) {
+                unsigned r[2];
+                ldsm_x2(r, abase + (8 * j + lr) * Cfg::kPitch + (2 * g + (q & 1)) * 16);
+                e4m3x4_to_f16x2x2(r[0], b[j][0], b[j][1]);
+                e4m3x4_to_f16x2x2(r[1], b[j][2], b[j][3]);
+                sa[j][0] = ue8m0(table[(8 * j + 2 * c) * Cfg::kSfRow + kg]);
+                sa[j][1] = ue8m0(table[(8 * j + 2 * c + 1) * Cfg::kSfRow + kg]);
+            }
+#pragma unroll
+            for (int i = 0; i < Cfg::kRT; ++i) {
+                const int row0 = wr * Cfg::kWarpRows + 16 * i;
+                unsigned r[4];
+                ldsm_x4(r, wbase + (row0 + lr + 8 * (q & 1)) * Cfg::kPitch + (2 * g + q / 2) * 16);
+                unsigned a0[4], a1[4];
+                e4m3x4_to_f16x2x2(r[0], a0[0], a0[2]);
+                e4m3x4_to_f16x2x2(r[1], a0[1], a0[3]);
+                e4m3x4_to_f16x2x2(r[2], a1[0], a1[2]);
+                e4m3x4_to_f16x2x2(r[3], a1[1], a1[3]);
+                // W scales of rows row0 + gr and row0 + gr + 8 (SfAtom: row n of the 128-row
+                // block at (n % 32) * 16 + ((n % 128) / 32) * 4, byte kb % 4 of K-atom kb).
+                const unsigned char *blk = wsf + (g / 4) * 512 + g % 4;
+                const int n_a = n0 % 128 + row0 + gr, n_b = n_a + 8;
+                const float sw0 = ue8m0(blk[(n_a % 32) * 16 + (n_a / 32) * 4]);
+                const float sw1 = ue8m0(blk[(n_b % 32) * 16 + (n_b / 32) * 4]);
+#pragma unroll
+                for (int j = 0; j < Cfg::kNT; ++j) {
+                    float p[4];
+                    mma_f16_zero(p, a0, b[j][0], b[j][1]);
+                    mma_f16(p, a1, b[j][2], b[j][3]);
+                    acc[i][j][0] += p[0] * (sw0 * sa[j][0]);
+                    acc[i][j][1] += p[1] * (sw0 * sa[j][1]);
+                    acc[i][j][2] += p[2] * (sw1 * sa[j][0]);
+                    acc[i][j][3] += p[3] * (sw1 * sa[j][1]);
+                }
+            }
+        }
+        __syncwarp();
+        if (lane == 0) mbarrier_arrive(sm.empty(s));
+    }
+}
+
+// The whole tile (see the top of the file). All Cfg::kThreads threads call it.
+template <class Cfg, class Ready, class Epilogue>
+__device__ __forceinline__ void run(const Operands &op, int n0, unsigned char *smem, Ready ready,
+                                    Epilogue epilogue) {
+    const Smem<Cfg> sm{smem};
+    const int tid = (int)threadIdx.x;
+    if (tid == 0) {
+        for (int s = 0; s < Cfg::kStages; ++s) {
+            mbarrier_init(sm.full(s), 1);
+            mbarrier_init(sm.empty(s), Cfg::kConsumerWarps);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (tid >= Cfg::kConsumers) {                       // the producer warp
+        produce<Cfg>(op, n0, sm, ready);
+        return;
+    }
+    // The A scale table: rows t < T from global (written by other CTAs or an earlier kernel,
+    // after ready()), rows T..kTP-1 zero.
+    if (tid == 0) ready();
+    named_barrier_sync(1, Cfg::kConsumers);
+    const int words = op.k_len / 32 / 4;                // k_len / 32 is a multiple of 4
+    for (int i = tid; i < Cfg::kTP * (Cfg::kSfRow / 4); i += Cfg::kConsumers) {
+        const int t = i / (Cfg::kSfRow / 4), wd = i % (Cfg::kSfRow / 4);
+        unsigned v = 0u;
+        if (t < op.T && wd < words)
+            v = __ldcg(reinterpret_cast<const unsigned int *>(op.a_sf + t * op.lda_sf) + wd);
+        reinterpret_cast<unsigned int *>(sm.table())[i] = v;
+    }
+    named_barrier_sync(1, Cfg::kConsumers);
+    float acc[Cfg::kRT][Cfg::kNT][4];
+    consume<Cfg>(op, n0, sm, acc);
+    // Every stage has been consumed (so every copy has landed): the ring holds the reduction,
+    // red[wk][r][t], summed over wk in order 0, 1, ... into red[0].
+    named_barrier_sync(1, Cfg::kConsumers);
+    float *red = reinterpret_cast<float *>(smem);
+    {
+        const int warp = tid / 32, lane = tid % 32;
+        const int wr = warp % Cfg::kWR, wk = warp / Cfg::kWR;
+        float *mine = red + wk * Cfg::kBN * Cfg::kDPitch;
+#pragma unroll
+        for (int i = 0; i < Cfg::kRT; ++i)
+#pragma unroll
+            for (int j = 0; j < Cfg::kNT; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int r = wr * Cfg::kWarpRows + 16 * i + lane / 4 + 8 * (e / 2);
+                    const int t = 8 * j + 2 * (lane % 4) + e % 2;
+                    mine[r * Cfg::kDPitch + t] = acc[i][j][e];
+                }
+    }
+    named_barrier_sync(1, Cfg::kConsumers);
+    if (Cfg::kWK > 1)
+        for (int i = tid; i < Cfg::kBN * Cfg::kDPitch; i += Cfg::kConsumers) {
+            float v = red[i];
+#pragma unroll
+            for (int w = 1; w < Cfg::kWK; ++w) v += red[w * Cfg::kBN * Cfg::kDPitch + i];
+            red[i] = v;
+        }
+    named_barrier_sync(1, Cfg::kConsumers);
+    epilogue(static_cast<const float *>(red), op.T);
+}
+
+}  // namespace sgemm
+}  // namespace mla
