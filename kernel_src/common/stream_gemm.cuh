@@ -12,7 +12,9 @@
 // rows of W through a ring of kStages stages of kKS bytes per row with bulk copies
 // (cp.async.bulk, one per row, completing on the stage's mbarrier), issued by one producer warp,
 // so that several stages (tens of KB per SM) are in flight; the A rows of the same K range ride
-// in the same stage (they are small and L2-resident). Eight consumer warps multiply.
+// in the same stage (they are small and L2-resident). kConsumerWarps (8 or 4) consumer warps
+// multiply: kWR row groups x kWK K parts of each stage, the K parts summed at the end in a
+// fixed order (deterministic).
 //
 // The math (exact up to fp32 summation order): e4m3 codes are exact in f16, so each 16-wide K
 // step is one mma.sync.m16n8k16 f16 x f16 -> f32 on the raw codes, converted in registers with
@@ -31,16 +33,22 @@
 //   A rows  [kTP][kKS + 16]  (tokens >= T are never written; they only feed discarded columns)
 //   W scales: the kKS / 128 SfAtom blocks (512 bytes each: 128 rows x 4 groups) of the rows' block
 // then the A scale table [kTP][kSfRow] bytes (all of A's k_len / 32 groups, loaded once), then
-// 2 kStages mbarriers. After the K loop the stage memory holds the cross-warp reduction.
+// (kMulti) the reduction buffer [kWK][BN][kDPitch] floats, then 2 kStages mbarriers; without
+// kMulti the reduction reuses the ring after the K loop.
 //
-// Use: every thread of a block of Cfg::kThreads threads calls run<Cfg>(op, n0, smem, ready,
-// epilogue). ready() is called by every lane of the producer warp before its first A copy and by
-// one thread of the consumers (then a barrier) before they read the A scales (e.g. a spin on a ready counter; it
-// must return in both); the W stream starts before it. epilogue(D, T) is called by the 256
-// consumer threads (threadIdx.x < 256) with D a shared-memory float tile, D[r * kDPitch + t]
-// (t < T valid), and may use named barrier 1 (256 threads) but not __syncthreads. Requirements:
-// k_len % kKS == 0, k_len / 32 <= kSfRow, w_k0 % 128 == 0, n0 % BN == 0 and the BN rows inside one
-// 128-row SfAtom block (BN divides 128), 16-byte aligned a, w, lda, ldw; 1 <= T <= kTP.
+// Use: every thread of the block (at least Cfg::kThreads = kConsumers + 32 threads; warps past
+// the producer warp return at once) calls run_tiles<Cfg>(op, count, tile_n0, smem, ready,
+// epilogue) for the CTA's tiles tile_n0(0..count-1) (the same A and K range; the ring carries
+// over from tile to tile; count > 1 needs Cfg::kMulti, which gives the reduction its own
+// buffer), or run<Cfg>(op, n0, smem, ready, epilogue) for one tile. ready() is called by every
+// lane of the producer warp before its first A copy (the W stream starts before it) and by one
+// consumer thread (then a barrier) before the consumers read the A scales: e.g. a spin on a
+// ready counter, or griddepcontrol.wait. epilogue(i, n0, D, T) (run: epilogue(D, T)) is called
+// by the kConsumers consumer threads (threadIdx.x < kConsumers) with D a shared-memory float
+// tile, D[r * kDPitch + t] (t < T valid); it may use named barrier 1 (kConsumers threads) but not
+// __syncthreads. Requirements: k_len % kKS == 0, k_len / 32 <= kSfRow, w_k0 % 128 == 0, every
+// n0 % BN == 0 (BN divides 128: the rows lie in one SfAtom block), 16-byte aligned a, w, lda,
+// ldw; 4-byte aligned a_sf, lda_sf; 1 <= T <= kTP.
 #pragma once
 
 #include "common/fp8.cuh"
@@ -49,13 +57,16 @@
 namespace mla {
 namespace sgemm {
 
-template <int kBN_, int kNT_, int kKS_, int kStages_, int kWR_, int kSfRow_>
+template <int kBN_, int kNT_, int kKS_, int kStages_, int kWR_, int kSfRow_,
+          int kConsumerWarps_ = 8, bool kMulti_ = false>
 struct Config {
     static constexpr int kBN = kBN_, kNT = kNT_, kKS = kKS_, kStages = kStages_, kWR = kWR_;
     static constexpr int kSfRow = kSfRow_;
-    static constexpr int kConsumerWarps = 8, kWK = kConsumerWarps / kWR;
+    static constexpr bool kMulti = kMulti_;                 // several tiles per CTA (run_tiles)
+    static constexpr int kConsumerWarps = kConsumerWarps_, kWK = kConsumerWarps / kWR;
+    static_assert(kWK * kWR == kConsumerWarps, "warps = row groups x K parts");
     static constexpr int kConsumers = kConsumerWarps * 32;
-    static constexpr int kThreads = kConsumers + 32;        // + one producer warp
+    static constexpr int kThreads = kConsumers + 32;        // + one producer warp (at least)
     static constexpr int kTP = 8 * kNT;                     // token rows of a stage
     static constexpr int kPitch = kKS + 16;
     static constexpr int kGroups = kKS / 32, kAtoms = kKS / 128;
@@ -69,9 +80,11 @@ struct Config {
     static constexpr int kRingBytes = kStages * kStageBytes;
     static constexpr int kDPitch = kTP + 1;
     static constexpr int kRedBytes = kWK * kBN * kDPitch * 4;
-    static_assert(kRedBytes <= kRingBytes, "the reduction fits the ring");
+    static_assert(kMulti || kRedBytes <= kRingBytes, "the reduction fits the ring");
     static constexpr int kTableBytes = kTP * kSfRow;
-    static constexpr int kBarOffset = kRingBytes + kTableBytes;
+    // With several tiles the reduction has its own buffer (the ring holds the next tile's data).
+    static constexpr int kRedOffset = kMulti ? kRingBytes + kTableBytes : 0;
+    static constexpr int kBarOffset = kRingBytes + kTableBytes + (kMulti ? kRedBytes : 0);
     static constexpr int kSmemBytes = kBarOffset + 2 * kStages * 8;
 };
 
@@ -164,53 +177,55 @@ struct Smem {
     }
 };
 
-// The producer warp: every K-step's copies, W first (before ready()), then A.
-template <class Cfg, class Ready>
-__device__ __forceinline__ void produce(const Operands &op, int n0, const Smem<Cfg> &sm,
-                                        Ready ready) {
+// The producer warp: the copies of every (tile, K-step) in order (flat step f = tile * steps +
+// K-step, stage f % kStages), W first (the first kStages steps' W before ready()), then A.
+template <class Cfg, class TileN, class Ready>
+__device__ __forceinline__ void produce(const Operands &op, int count, TileN tile_n0,
+                                        const Smem<Cfg> &sm, Ready ready) {
     const int lane = (int)(threadIdx.x % 32);
-    const int steps = op.k_len / Cfg::kKS;
+    const int steps = op.k_len / Cfg::kKS, total = count * steps;
     const unsigned a_bytes = (unsigned)op.T * Cfg::kKS;
     const unsigned bytes = Cfg::kBN * Cfg::kKS + a_bytes + Cfg::kWSfBytes;
-    // The SfAtom blocks of this CTA's 128-row block, K-atom kb at blk0 + (kb / 4) * 512.
-    const unsigned char *wsf0 = op.w_sf + (long long)(n0 / 128) * ((op.w_kb + 3) / 4) * 512;
-    auto issue_w = [&](int ks) {
-        const int s = ks % Cfg::kStages;
+    const long long atoms_per_block = (op.w_kb + 3) / 4;    // SfAtom: K-atoms per 128-row block
+    auto issue_w = [&](int f) {
+        const int s = f % Cfg::kStages, n0 = tile_n0(f / steps);
         if (lane == 0) mbarrier_arrive_expect_tx(sm.full(s), bytes);
         __syncwarp();
-        const long long k = (long long)op.w_k0 + (long long)ks * Cfg::kKS;
+        const long long k = (long long)op.w_k0 + (long long)(f % steps) * Cfg::kKS;
         for (int r = lane; r < Cfg::kBN; r += 32)
             bulk_copy(smem_u32(sm.w(s) + r * Cfg::kPitch), op.w + (n0 + r) * op.ldw + k,
                       Cfg::kKS, sm.full(s));
+        // The SfAtom blocks (128 rows x 4 groups, 512 bytes) of the tile's rows, K-atoms k / 128..
+        const unsigned char *blk = op.w_sf + ((long long)(n0 / 128) * atoms_per_block + k / 128) * 512;
         if (lane < Cfg::kAtoms)
-            bulk_copy(smem_u32(sm.wsf(s) + lane * 512), wsf0 + (k / 128 + lane) * 512, 512,
-                      sm.full(s));
+            bulk_copy(smem_u32(sm.wsf(s) + lane * 512), blk + lane * 512, 512, sm.full(s));
     };
-    auto issue_a = [&](int ks) {
-        const int s = ks % Cfg::kStages;
-        const long long k = (long long)ks * Cfg::kKS;
+    auto issue_a = [&](int f) {
+        const int s = f % Cfg::kStages;
+        const long long k = (long long)(f % steps) * Cfg::kKS;
         for (int t = lane; t < op.T; t += 32)
             bulk_copy(smem_u32(sm.a(s) + t * Cfg::kPitch), op.a + t * op.lda + k, Cfg::kKS,
                       sm.full(s));
     };
-    const int pre = steps < Cfg::kStages ? steps : Cfg::kStages;
-    for (int ks = 0; ks < pre; ++ks) issue_w(ks);
+    const int pre = total < Cfg::kStages ? total : Cfg::kStages;
+    for (int f = 0; f < pre; ++f) issue_w(f);
     ready();                                            // every lane: each issues A copies
     __syncwarp();
     fence_proxy_async_global();
-    for (int ks = 0; ks < pre; ++ks) issue_a(ks);
-    for (int ks = pre; ks < steps; ++ks) {
-        mbarrier_wait_parity(sm.empty(ks % Cfg::kStages), (unsigned)((ks / Cfg::kStages - 1) & 1));
-        issue_w(ks);
-        issue_a(ks);
+    for (int f = 0; f < pre; ++f) issue_a(f);
+    for (int f = pre; f < total; ++f) {
+        mbarrier_wait_parity(sm.empty(f % Cfg::kStages), (unsigned)((f / Cfg::kStages - 1) & 1));
+        issue_w(f);
+        issue_a(f);
     }
 }
 
 __device__ __forceinline__ float ue8m0(unsigned b) { return fp8::ue8m0_decode(b & 0xffu); }
 
 // One consumer warp over all K-steps: acc[i][j] is its 16-row tile i x 8-token tile j.
+// f0: the flat step of the tile's first K-step.
 template <class Cfg>
-__device__ __forceinline__ void consume(const Operands &op, int n0, const Smem<Cfg> &sm,
+__device__ __forceinline__ void consume(const Operands &op, int n0, int f0, const Smem<Cfg> &sm,
                                         float (&acc)[Cfg::kRT][Cfg::kNT][4]) {
     const int warp = (int)(threadIdx.x / 32), lane = (int)(threadIdx.x % 32);
     const int wr = warp % Cfg::kWR, wk = warp / Cfg::kWR;
@@ -224,8 +239,8 @@ __device__ __forceinline__ void consume(const Operands &op, int n0, const Smem<C
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
     for (int ks = 0; ks < steps; ++ks) {
-        const int s = ks % Cfg::kStages;
-        mbarrier_wait_parity(sm.full(s), (unsigned)((ks / Cfg::kStages) & 1));
+        const int f = f0 + ks, s = f % Cfg::kStages;
+        mbarrier_wait_parity(sm.full(s), (unsigned)((f / Cfg::kStages) & 1));
         const unsigned wbase = smem_u32(sm.w(s)), abase = smem_u32(sm.a(s));
         const unsigned char *wsf = sm.wsf(s);
 #pragma unroll
@@ -277,12 +292,16 @@ __device__ __forceinline__ void consume(const Operands &op, int n0, const Smem<C
     }
 }
 
-// The whole tile (see the top of the file). All Cfg::kThreads threads call it.
-template <class Cfg, class Ready, class Epilogue>
-__device__ __forceinline__ void run(const Operands &op, int n0, unsigned char *smem, Ready ready,
-                                    Epilogue epilogue) {
+// The tiles tile_n0(0), ..., tile_n0(count - 1) of this CTA (W rows n0 .. n0 + BN - 1 each,
+// the same A and K range) through one ring: the next tile's copies are in flight while the
+// current one is reduced and handed to epilogue(i, n0, D, T). count > 1 needs Cfg::kMulti. All
+// threads of the block call it (at least Cfg::kThreads; warps past the producer return at once).
+template <class Cfg, class TileN, class Ready, class Epilogue>
+__device__ __forceinline__ void run_tiles(const Operands &op, int count, TileN tile_n0,
+                                          unsigned char *smem, Ready ready, Epilogue epilogue) {
     const Smem<Cfg> sm{smem};
     const int tid = (int)threadIdx.x;
+    if (!Cfg::kMulti && count > 1) __trap();
     if (tid == 0) {
         for (int s = 0; s < Cfg::kStages; ++s) {
             mbarrier_init(sm.full(s), 1);
@@ -291,10 +310,12 @@ __device__ __forceinline__ void run(const Operands &op, int n0, unsigned char *s
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
+    if (tid >= Cfg::kConsumers + 32) return;            // idle warps of a larger block
     if (tid >= Cfg::kConsumers) {                       // the producer warp
-        produce<Cfg>(op, n0, sm, ready);
+        if (count > 0) produce<Cfg>(op, count, tile_n0, sm, ready);
         return;
     }
+    if (count <= 0) return;
     // The A scale table: rows t < T from global (written by other CTAs or an earlier kernel,
     // after ready()), rows T..kTP-1 zero.
     if (tid == 0) ready();
@@ -308,37 +329,56 @@ __device__ __forceinline__ void run(const Operands &op, int n0, unsigned char *s
         reinterpret_cast<unsigned int *>(sm.table())[i] = v;
     }
     named_barrier_sync(1, Cfg::kConsumers);
-    float acc[Cfg::kRT][Cfg::kNT][4];
-    consume<Cfg>(op, n0, sm, acc);
-    // Every stage has been consumed (so every copy has landed): the ring holds the reduction,
-    // red[wk][r][t], summed over wk in order 0, 1, ... into red[0].
-    named_barrier_sync(1, Cfg::kConsumers);
-    float *red = reinterpret_cast<float *>(smem);
-    {
-        const int warp = tid / 32, lane = tid % 32;
-        const int wr = warp % Cfg::kWR, wk = warp / Cfg::kWR;
+    float *red = reinterpret_cast<float *>(smem + Cfg::kRedOffset);
+    const int steps = op.k_len / Cfg::kKS;
+    const int warp = tid / 32, lane = tid % 32;
+    const int wr = warp % Cfg::kWR, wk = warp / Cfg::kWR;
+    for (int i = 0; i < count; ++i) {
+        const int n0 = tile_n0(i);
+        float acc[Cfg::kRT][Cfg::kNT][4];
+        consume<Cfg>(op, n0, i * steps, sm, acc);
+        // red[wk][r][t], summed over wk in order 0, 1, ... into red[0]. The first barrier: every
+        // consumer is past the previous epilogue (and, with one tile, done with the ring).
+        named_barrier_sync(1, Cfg::kConsumers);
         float *mine = red + wk * Cfg::kBN * Cfg::kDPitch;
 #pragma unroll
-        for (int i = 0; i < Cfg::kRT; ++i)
+        for (int it = 0; it < Cfg::kRT; ++it)
 #pragma unroll
             for (int j = 0; j < Cfg::kNT; ++j)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    const int r = wr * Cfg::kWarpRows + 16 * i + lane / 4 + 8 * (e / 2);
+                    const int r = wr * Cfg::kWarpRows + 16 * it + lane / 4 + 8 * (e / 2);
                     const int t = 8 * j + 2 * (lane % 4) + e % 2;
-                    mine[r * Cfg::kDPitch + t] = acc[i][j][e];
+                    mine[r * Cfg::kDPitch + t] = acc[it][j][e];
                 }
-    }
-    named_barrier_sync(1, Cfg::kConsumers);
-    if (Cfg::kWK > 1)
-        for (int i = tid; i < Cfg::kBN * Cfg::kDPitch; i += Cfg::kConsumers) {
-            float v = red[i];
+        named_barrier_sync(1, Cfg::kConsumers);
+        if (Cfg::kWK > 1) {
+            for (int x = tid; x < Cfg::kBN * Cfg::kDPitch; x += Cfg::kConsumers) {
+                float v = red[x];
 #pragma unroll
-            for (int w = 1; w < Cfg::kWK; ++w) v += red[w * Cfg::kBN * Cfg::kDPitch + i];
-            red[i] = v;
+                for (int w = 1; w < Cfg::kWK; ++w) v += red[w * Cfg::kBN * Cfg::kDPitch + x];
+                red[x] = v;
+            }
+            named_barrier_sync(1, Cfg::kConsumers);
         }
+        epilogue(i, n0, static_cast<const float *>(red), op.T);
+    }
+    // Every copy has landed and every wait is done: the barriers' memory may be reused.
     named_barrier_sync(1, Cfg::kConsumers);
-    epilogue(static_cast<const float *>(red), op.T);
+    if (tid == 0)
+        for (int s = 0; s < 2 * Cfg::kStages; ++s)
+            asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(
+                             smem_u32(smem + Cfg::kBarOffset + 8 * s))
+                         : "memory");
+}
+
+// One tile (rows n0 ..): run_tiles with count 1; epilogue(D, T).
+template <class Cfg, class Ready, class Epilogue>
+__device__ __forceinline__ void run(const Operands &op, int n0, unsigned char *smem, Ready ready,
+                                    Epilogue epilogue) {
+    run_tiles<Cfg>(
+        op, 1, [n0](int) { return n0; }, smem, ready,
+        [&](int, int, const float *D, int T) { epilogue(D, T); });
 }
 
 }  // namespace sgemm
