@@ -38,16 +38,19 @@
 /* The weight-streaming kernels for T <= 64 (output_proj_*_stream_kernel, common/stream_gemm.cuh):
  * NT = ceil(T / 8) token tiles, 8 consumer warps + 1 producer warp, and the shared memory of
  * sgemm::Config<bn, NT, ks, stages, ., sf_row> (StreamCfgA / StreamCfgB of output_proj.cu). */
-#define OP_S_TOKENS 64
+#define OP_S_TOKENS 16
 #define OP_S_THREADS 288
 #define OP_S_BN_A 64
 #define OP_S_BN_B 32
+#define OP_S_KS_A 256
 static long long stream_smem(int bn, int nt, int ks, int stages, long long sf_row) {
-    long long stage = (long long)bn * (ks + 16) + 8LL * nt * (ks + 16) + (ks / 128) * 512;
-    return stages * stage + 8LL * nt * sf_row + 2LL * stages * 8;
+    long long atoms = ks / 128;
+    long long stage = (atoms * (bn + 8LL * nt) * 128 + atoms * 512 + 1023) / 1024 * 1024;
+    return stages * stage + 8LL * nt * sf_row + 2LL * stages * 8 + 1024;
 }
-static int stream_stages_a(int nt) { return nt == 1 ? 5 : (nt == 2 ? 4 : 3); }
+static int stream_stages_a(int nt) { return nt <= 2 ? 5 : 3; }
 static int stream_ks_b(int nt) { return nt <= 2 ? 512 : 256; }
+static int stream_stages_b(int nt) { return nt == 1 ? 5 : 4; }
 static int stream_nt(int T) { return T <= 8 ? 1 : (T <= 16 ? 2 : (T <= 32 ? 4 : 8)); }
 
 /* ---- kind builders --------------------------------------------------------------------------- */
@@ -119,8 +122,9 @@ static mla_status build_stream(const mla__spec *spec, int b, char *name_expr, si
                         "%s: name expression buffer of %zu bytes too small", spec->kernel, size);
     launch->threads = OP_S_THREADS;
     launch->dynamic_smem =
-        b ? (unsigned)stream_smem(OP_S_BN_B, (int)nt, stream_ks_b((int)nt), 4, 2 * H / 32)
-          : (unsigned)stream_smem(OP_S_BN_A, (int)nt, 256, stream_stages_a((int)nt),
+        b ? (unsigned)stream_smem(OP_S_BN_B, (int)nt, stream_ks_b((int)nt),
+                                  stream_stages_b((int)nt), 2 * H / 32)
+          : (unsigned)stream_smem(OP_S_BN_A, (int)nt, OP_S_KS_A, stream_stages_a((int)nt),
                                   OP_COLS / G / 32);
     launch->cluster = 1;
     return MLA_OK;
@@ -336,20 +340,29 @@ static mla_status get_kernel(mla_runtime *rt, const char *kind, const op_shape *
     return mla__get_kernel(rt, &spec, k);
 }
 
-/* T <= 64: the stream kernels (no split-K; the bank is zeroed first as in launch_all). */
+/* T <= 16: the stream kernels (no split-K; the bank is zeroed first as in launch_all), each with
+ * its TMA descriptors (second parameter, by value). */
 static mla_status launch_stream(mla_runtime *rt, const op_shape *sh, op_args_a *A, op_args_b *B,
                                 CUstream stream) {
     const mla__kernel *ka = NULL, *kb = NULL;
     int nt = stream_nt(sh->T);
+    mla__dsv4_maps ma, mb;
+    MLA_FORWARD_IF_ERROR(mla__dsv4_stream_maps(rt, &ma, A->wo_a, sh->K, 2 * sh->H, sh->K,
+                                               OP_S_BN_A, A->act_q, OP_COLS, sh->T, OP_COLS,
+                                               8 * nt, A->wo_a_sf, OP_S_KS_A / 128));
+    MLA_FORWARD_IF_ERROR(mla__dsv4_stream_maps(rt, &mb, B->wo_b, 2 * sh->H, sh->H, 2 * sh->H,
+                                               OP_S_BN_B, B->o_lora_q, 2 * sh->H, sh->T,
+                                               2 * sh->H, 8 * nt, B->wo_b_sf,
+                                               stream_ks_b(nt) / 128));
     MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_a_stream", sh, nt, &ka));
     MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_b_stream", sh, nt, &kb));
     A->kslices = 1, A->slice_steps = sh->K / 128;
     B->slice_steps = 2 * sh->H / 128;
     unsigned a_items = (unsigned)A->n_qtiles + (unsigned)(2 * sh->H / OP_S_BN_A);
     MLA_CU(rt, cuMemsetD8Async(A->bank, 0, MLA__DSV4_BANK_BYTES, stream));
-    void *args_a[] = {A};
+    void *args_a[] = {A, &ma};
     MLA_FORWARD_IF_ERROR(mla__launch(rt, ka, a_items, 1, 1, stream, args_a));
-    void *args_b[] = {B};
+    void *args_b[] = {B, &mb};
     return mla__launch_pdl(rt, kb, (unsigned)(sh->H / OP_S_BN_B), 1, 1, stream, args_b);
 }
 

@@ -68,15 +68,18 @@ struct Config {
     static constexpr int kConsumers = kConsumerWarps * 32;
     static constexpr int kThreads = kConsumers + 32;        // + one producer warp (at least)
     static constexpr int kTP = 8 * kNT;                     // token rows of a stage
-    static constexpr int kPitch = kKS + 16;
     static constexpr int kGroups = kKS / 32, kAtoms = kKS / 128;
     static constexpr int kWarpGroups = kGroups / kWK;       // 32-wide groups per warp and stage
     static constexpr int kWarpRows = kBN / kWR, kRT = kWarpRows / 16;
     static_assert(kKS % 128 == 0 && kGroups % kWK == 0, "whole groups per warp");
     static_assert(kBN % (16 * kWR) == 0 && 128 % kBN == 0, "16-row tiles inside one SfAtom block");
     static_assert(kSfRow % 4 == 0, "scale rows of whole words");
-    static constexpr int kWBytes = kBN * kPitch, kABytes = kTP * kPitch, kWSfBytes = kAtoms * 512;
-    static constexpr int kStageBytes = kWBytes + kABytes + kWSfBytes;
+    // A stage: kAtoms TMA boxes of W [BN][128 B], kAtoms boxes of A [kTP][128 B] (both 128-byte
+    // swizzled: 16-byte chunk c of row r at chunk c ^ (r % 8)), then the kAtoms SfAtom blocks of
+    // 512 B; padded to 1024 B (the swizzle atom).
+    static constexpr int kWBox = kBN * 128, kABox = kTP * 128;
+    static constexpr int kWBytes = kAtoms * kWBox, kABytes = kAtoms * kABox, kWSfBytes = kAtoms * 512;
+    static constexpr int kStageBytes = (kWBytes + kABytes + kWSfBytes + 1023) / 1024 * 1024;
     static constexpr int kRingBytes = kStages * kStageBytes;
     static constexpr int kDPitch = kTP + 1;
     static constexpr int kRedBytes = kWK * kBN * kDPitch * 4;
@@ -85,7 +88,21 @@ struct Config {
     // With several tiles the reduction has its own buffer (the ring holds the next tile's data).
     static constexpr int kRedOffset = kMulti ? kRingBytes + kTableBytes : 0;
     static constexpr int kBarOffset = kRingBytes + kTableBytes + (kMulti ? kRedBytes : 0);
-    static constexpr int kSmemBytes = kBarOffset + 2 * kStages * 8;
+    // + 1024: the base is aligned up to 1024 B inside run_tiles.
+    static constexpr int kSmemBytes = kBarOffset + 2 * kStages * 8 + 1024;
+};
+
+// The three TMA descriptors of a stream GEMM (CUtensorMap, 128 bytes each), a kernel parameter
+// (__grid_constant__) built by the host (runtime/dsv4_tma.c):
+//   w   uint8 2-D {W columns, N rows}, row stride ldw, box {128, BN}, 128-byte swizzle
+//   a   uint8 2-D {A columns, T rows}, row stride lda, box {128, kTP}, 128-byte swizzle (rows >= T
+//       read as zeros)
+//   sf  uint32 2-D {128, N / 128 * K-atoms} (the SfAtom blocks of 512 B), box {128, kAtoms}
+struct alignas(64) TmaMap {
+    unsigned char bytes[128];
+};
+struct alignas(64) Maps {
+    TmaMap w, a, sf;
 };
 
 struct Operands {
@@ -97,6 +114,8 @@ struct Operands {
     long long ldw;
     int w_kb;                    // W's K / 32
     int w_k0, k_len, T;
+    int a_col0;                  // A's first column in the a map (its K range starts there)
+    const Maps *maps;            // the TMA descriptors (address of a __grid_constant__ parameter)
 };
 
 __device__ __forceinline__ unsigned smem_u32(const void *p) {
@@ -110,6 +129,17 @@ __device__ __forceinline__ void bulk_copy(unsigned dst, const void *src, unsigne
     asm volatile(
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
         ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
+        : "memory");
+}
+
+// cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes: the box at
+// (c0, c1) of the tensor map to dst, completing on bar.
+__device__ __forceinline__ void tma_2d(unsigned dst, const TmaMap *map, int c0, int c1,
+                                       unsigned bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+        "l"(map), "r"(c0), "r"(c1), "r"(bar)
         : "memory");
 }
 
@@ -184,32 +214,34 @@ __device__ __forceinline__ void produce(const Operands &op, int count, TileN til
                                         const Smem<Cfg> &sm, Ready ready) {
     const int lane = (int)(threadIdx.x % 32);
     const int steps = op.k_len / Cfg::kKS, total = count * steps;
-    const unsigned a_bytes = (unsigned)op.T * Cfg::kKS;
-    const unsigned bytes = Cfg::kBN * Cfg::kKS + a_bytes + Cfg::kWSfBytes;
+    // Whole boxes count, their rows past T (read as zeros) included.
+    const unsigned bytes = Cfg::kWBytes + Cfg::kABytes + Cfg::kWSfBytes;
     const long long atoms_per_block = (op.w_kb + 3) / 4;    // SfAtom: K-atoms per 128-row block
     auto issue_w = [&](int f) {
         const int s = f % Cfg::kStages, n0 = tile_n0(f / steps);
-        if (lane == 0) mbarrier_arrive_expect_tx(sm.full(s), bytes);
-        __syncwarp();
-        const long long k = (long long)op.w_k0 + (long long)(f % steps) * Cfg::kKS;
-        for (int r = lane; r < Cfg::kBN; r += 32)
-            bulk_copy(smem_u32(sm.w(s) + r * Cfg::kPitch), op.w + (n0 + r) * op.ldw + k,
-                      Cfg::kKS, sm.full(s));
-        // The SfAtom blocks (128 rows x 4 groups, 512 bytes) of the tile's rows, K-atoms k / 128..
-        const unsigned char *blk = op.w_sf + ((long long)(n0 / 128) * atoms_per_block + k / 128) * 512;
-        if (lane < Cfg::kAtoms)
-            bulk_copy(smem_u32(sm.wsf(s) + lane * 512), blk + lane * 512, 512, sm.full(s));
+        if (lane == 0) {
+            mbarrier_arrive_expect_tx(sm.full(s), bytes);
+            const int k = op.w_k0 + (f % steps) * Cfg::kKS;
+            for (int at = 0; at < Cfg::kAtoms; ++at)
+                tma_2d(smem_u32(sm.w(s) + at * Cfg::kWBox), &op.maps->w, k + 128 * at, n0,
+                       sm.full(s));
+            // The SfAtom blocks (128 rows x 4 groups, 512 B) of the tile's rows, K-atoms k / 128..
+            tma_2d(smem_u32(sm.wsf(s)), &op.maps->sf, 0, (int)((n0 / 128) * atoms_per_block + k / 128),
+                   sm.full(s));
+        }
     };
     auto issue_a = [&](int f) {
         const int s = f % Cfg::kStages;
-        const long long k = (long long)(f % steps) * Cfg::kKS;
-        for (int t = lane; t < op.T; t += 32)
-            bulk_copy(smem_u32(sm.a(s) + t * Cfg::kPitch), op.a + t * op.lda + k, Cfg::kKS,
-                      sm.full(s));
+        if (lane == 0) {
+            const int k = op.a_col0 + (f % steps) * Cfg::kKS;
+            for (int at = 0; at < Cfg::kAtoms; ++at)
+                tma_2d(smem_u32(sm.a(s) + at * Cfg::kABox), &op.maps->a, k + 128 * at, 0,
+                       sm.full(s));
+        }
     };
     const int pre = total < Cfg::kStages ? total : Cfg::kStages;
     for (int f = 0; f < pre; ++f) issue_w(f);
-    ready();                                            // every lane: each issues A copies
+    ready();                                            // every lane (lane 0 issues the copies)
     __syncwarp();
     fence_proxy_async_global();
     for (int f = 0; f < pre; ++f) issue_a(f);
@@ -248,12 +280,15 @@ __device__ __forceinline__ void consume(const Operands &op, int n0, int f0, cons
             const int g = wk * Cfg::kWarpGroups + gi;          // group in the stage
             const int kg = ks * Cfg::kGroups + g;              // group in A's K range
             // B fragments (tokens): chunks 2g, 2g + 1 of rows 8j + lr (lanes 0..15 address).
+            // Chunks 2 (g % 4) and 2 (g % 4) + 1 of the 128-byte rows of box g / 4, swizzled.
+            const int gg = g % 4;
             unsigned b[Cfg::kNT][4];
             float sa[Cfg::kNT][2];
 #pragma unroll
             for (int j = 0; j < Cfg::kNT; ++j) {
                 unsigned r[2];
-                ldsm_x2(r, abase + (8 * j + lr) * Cfg::kPitch + (2 * g + (q & 1)) * 16);
+                ldsm_x2(r, abase + (g / 4) * Cfg::kABox + (8 * j + lr) * 128 +
+                               (((2 * gg + (q & 1)) ^ lr) * 16));
                 e4m3x4_to_f16x2x2(r[0], b[j][0], b[j][1]);
                 e4m3x4_to_f16x2x2(r[1], b[j][2], b[j][3]);
                 sa[j][0] = ue8m0(table[(8 * j + 2 * c) * Cfg::kSfRow + kg]);
@@ -263,7 +298,8 @@ __device__ __forceinline__ void consume(const Operands &op, int n0, int f0, cons
             for (int i = 0; i < Cfg::kRT; ++i) {
                 const int row0 = wr * Cfg::kWarpRows + 16 * i;
                 unsigned r[4];
-                ldsm_x4(r, wbase + (row0 + lr + 8 * (q & 1)) * Cfg::kPitch + (2 * g + q / 2) * 16);
+                ldsm_x4(r, wbase + (g / 4) * Cfg::kWBox + (row0 + lr + 8 * (q & 1)) * 128 +
+                               (((2 * gg + q / 2) ^ lr) * 16));
                 unsigned a0[4], a1[4];
                 e4m3x4_to_f16x2x2(r[0], a0[0], a0[2]);
                 e4m3x4_to_f16x2x2(r[1], a0[1], a0[3]);
@@ -298,7 +334,8 @@ __device__ __forceinline__ void consume(const Operands &op, int n0, int f0, cons
 // threads of the block call it (at least Cfg::kThreads; warps past the producer return at once).
 template <class Cfg, class TileN, class Ready, class Epilogue>
 __device__ __forceinline__ void run_tiles(const Operands &op, int count, TileN tile_n0,
-                                          unsigned char *smem, Ready ready, Epilogue epilogue) {
+                                          unsigned char *smem_in, Ready ready, Epilogue epilogue) {
+    unsigned char *smem = smem_in + ((1024u - (smem_u32(smem_in) & 1023u)) & 1023u);
     const Smem<Cfg> sm{smem};
     const int tid = (int)threadIdx.x;
     if (!Cfg::kMulti && count > 1) __trap();

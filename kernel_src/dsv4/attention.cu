@@ -526,10 +526,12 @@ __device__ void q_projection_tiles(const Params &p, unsigned char *smem) {
 
 // T <= 16: q = bf16(qr @ Wd_qb^T) by the weight-streaming GEMM (common/stream_gemm.cuh) on qr's
 // e4m3 codes and scales (phase 2 wrote them into the qr region): this CTA's 128-row blocks of
-// wq_b (the tiles of prefetch_q_weights) through one bulk-copy ring, 4 consumer warps and a
-// producer warp (warps 5..7 wait at the next grid barrier).
+// wq_b (the tiles of prefetch_q_weights) through one TMA ring, 4 consumer warps and a producer
+// warp (warps 5..7 wait at the next grid barrier). The kernel's second parameter holds the TMA
+// descriptors: W = wq_b [32768, 1024], A = the qr region's codes (T rows of 1024 bytes, row
+// stride 2048), sf = wq_b_sf (runtime/dsv4_attention.c; zeroed and unused when T > 16).
 template <class Cfg>
-__device__ void q_projection_stream(const Params &p, unsigned char *smem) {
+__device__ void q_projection_stream(const Params &p, const sgemm::Maps &maps, unsigned char *smem) {
     constexpr int kTiles = kQCols / Cfg::kBN;
     const int count = (int)blockIdx.x < kTiles ? (kTiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1
                                                : 0;
@@ -538,6 +540,7 @@ __device__ void q_projection_stream(const Params &p, unsigned char *smem) {
     op.a = qr, op.a_sf = qr + kQL, op.lda = 2 * kQL, op.lda_sf = 2 * kQL;
     op.w = p.wq_b, op.w_sf = p.wq_b_sf, op.ldw = kQL, op.w_kb = kQL / 32;
     op.w_k0 = 0, op.k_len = kQL, op.T = p.T;
+    op.a_col0 = 0, op.maps = &maps;
     sgemm::run_tiles<Cfg>(
         op, count, [](int i) { return ((int)blockIdx.x + i * (int)gridDim.x) * Cfg::kBN; }, smem,
         [] {},
@@ -551,13 +554,13 @@ __device__ void q_projection_stream(const Params &p, unsigned char *smem) {
 }
 
 template <int kDraft, bool kHca>
-__device__ void phase_q_projection(const Params &p, unsigned char *smem) {
+__device__ void phase_q_projection(const Params &p, const sgemm::Maps &maps, unsigned char *smem) {
     if (kHca)
         for (int u = blockIdx.x; u < p.T; u += gridDim.x) ring_write<kDraft>(p, u);
     if (p.T <= 8)
-        q_projection_stream<CfgQbStream1>(p, smem);
+        q_projection_stream<CfgQbStream1>(p, maps, smem);
     else if (p.T <= kQStreamTokens)
-        q_projection_stream<CfgQbStream2>(p, smem);
+        q_projection_stream<CfgQbStream2>(p, maps, smem);
     else if (kWideQ && p.T <= CfgQbWide::kBM)
         q_projection_tiles<CfgQbWide>(p, smem);
     else
@@ -855,7 +858,8 @@ static_assert(CfgQkv::kThreads == kThreads && CfgGate::kThreads == kThreads &&
               "one block size");
 
 template <int kH, int kPage, int kDraft, int kHca>
-__global__ void __launch_bounds__(kThreads, 1) attention_kernel(const Params p) {
+__global__ void __launch_bounds__(kThreads, 1) attention_kernel(
+    const Params p, const __grid_constant__ sgemm::Maps qmaps) {
     static_assert(kH % 128 == 0 && kH > 0, "H: a positive multiple of 128");
     static_assert(kPage > 0 && (kPage & (kPage - 1)) == 0, "page_size: a power of two");
     static_assert(kDraft >= 0 && (kHca == 0 || kHca == 1), "draft_tokens >= 0, hca 0 or 1");
@@ -867,7 +871,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const Params p) 
     grid_barrier(p.bank + 0);
     phase_token_rows<kPage, kDraft, kHca != 0>(p, smem);
     grid_barrier(p.bank + 1);
-    phase_q_projection<kDraft, kHca != 0>(p, smem);
+    phase_q_projection<kDraft, kHca != 0>(p, qmaps, smem);
     grid_barrier(p.bank + 2);
     phase_attention<kPage, kHca != 0>(p, smem);
     if (p.reset_barriers) grid_exit_reset(p.bank + kExitWord, p.bank, kExitWord + 1);

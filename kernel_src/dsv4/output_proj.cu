@@ -377,20 +377,21 @@ __device__ __forceinline__ void zero_bank(unsigned int *bank, long long words) {
     for (long long i = threadIdx.x; i < words; i += kThreads) bank[i] = 0u;
 }
 
-// ---- the weight-streaming kernels (T <= 64, common/stream_gemm.cuh) ---------------------------
+// ---- the weight-streaming kernels (T <= 16, common/stream_gemm.cuh) ---------------------------
 //
-// For T <= 64 tokens both GEMMs are skinny: the runtime launches the *_stream kernels instead,
-// kNT = ceil(T / 8) in {1, 2, 4, 8} token tiles of 8. Each GEMM CTA streams one block of W rows
+// For T <= 16 tokens both GEMMs are skinny: the runtime launches the *_stream kernels instead,
+// kNT = ceil(T / 8) token tiles of 8 (the kinds take kNT in {1, 2, 4, 8}; the runtime uses 1 and
+// 2: at 4 and 8 the 1-D bulk-copy version measured slower than the tiled kernels). Each GEMM CTA streams one block of W rows
 // over the whole K exactly once (kernel A: 64 rows of one wo_a group, 2H / 64 CTAs after the
 // quantize items; kernel B: 32 rows of wo_b, H / 32 CTAs), so no split-K and no partials. The
 // shared-memory sizes are mirrored in runtime/dsv4_output_proj.c (OP_S_*).
 constexpr int kStreamBnA = 64, kStreamBnB = 32;
 template <int kNT>
-constexpr int stream_stages_a() { return kNT == 1 ? 5 : (kNT == 2 ? 4 : 3); }
+constexpr int stream_stages_a() { return kNT <= 2 ? 5 : 3; }
 template <int kNT>
 constexpr int stream_ks_b() { return kNT <= 2 ? 512 : 256; }
 template <int kNT>
-constexpr int stream_stages_b() { return kNT == 1 ? 4 : (kNT == 2 ? 4 : 4); }
+constexpr int stream_stages_b() { return kNT == 1 ? 5 : 4; }
 template <int kH, int kG, int kNT>
 using StreamCfgA = sgemm::Config<kStreamBnA, kNT, 256, stream_stages_a<kNT>(), kNT >= 4 ? 4 : 2,
                                  Shape<kH, kG>::kK / 32>;
@@ -474,12 +475,13 @@ __global__ void __launch_bounds__(oproj::kThreads) output_proj_b_kernel(const op
     store_out(b, acc, m0, n0, kH);
 }
 
-// Kernel A for T <= 64 (kNT = ceil(T / 8)): quantize items as output_proj_a_kernel, then one
+// Kernel A for T <= 16 (kNT = ceil(T / 8)): quantize items as output_proj_a_kernel, then one
 // GEMM CTA per 64-row block of wo_a streaming it once (its W copies start before the quantize
-// items are done). Grid: n_qtiles + 2 kH / 64 CTAs, tickets as above.
+// items are done). Grid: n_qtiles + 2 kH / 64 CTAs, tickets as above. maps: W = wo_a, A = act_q
+// (all 32768 columns; the CTA's group starts at column g K), sf = wo_a_sf.
 template <int kH, int kG, int kNT>
 __global__ void __launch_bounds__(oproj::StreamCfgA<kH, kG, kNT>::kThreads)
-    output_proj_a_stream_kernel(const oproj::ArgsA a) {
+    output_proj_a_stream_kernel(const oproj::ArgsA a, const __grid_constant__ sgemm::Maps maps) {
     using namespace oproj;
     using S = Shape<kH, kG>;
     using Cfg = StreamCfgA<kH, kG, kNT>;
@@ -498,15 +500,17 @@ __global__ void __launch_bounds__(oproj::StreamCfgA<kH, kG, kNT>::kThreads)
     op.lda = kOCols, op.lda_sf = kOCols / 32;
     op.w = a.wo_a, op.w_sf = a.wo_a_sf, op.ldw = S::kK, op.w_kb = S::kK / 32;
     op.w_k0 = 0, op.k_len = S::kK, op.T = (int)a.T;
+    op.a_col0 = g * S::kK, op.maps = &maps;
     sgemm::run<Cfg>(op, n0, smem, [&] { wait_units(a); },
                     [&](const float *D, int) { store_o_lora_stream<Cfg>(a, D, n0, S::kN); });
 }
 
-// Kernel B for T <= 64: one CTA per 32 rows of wo_b (grid kH / 32), PDL-chained; its W copies
+// Kernel B for T <= 16: one CTA per 32 rows of wo_b (grid kH / 32), PDL-chained; its W copies
 // start before griddepcontrol.wait (wo_b is not written by kernel A), the o_lora copies after.
+// maps: W = wo_b, A = o_lora_q, sf = wo_b_sf.
 template <int kH, int kG, int kNT>
 __global__ void __launch_bounds__(oproj::StreamCfgB<kH, kNT>::kThreads)
-    output_proj_b_stream_kernel(const oproj::ArgsB b) {
+    output_proj_b_stream_kernel(const oproj::ArgsB b, const __grid_constant__ sgemm::Maps maps) {
     using namespace oproj;
     using Cfg = StreamCfgB<kH, kNT>;
     extern __shared__ __align__(128) unsigned char smem[];
@@ -516,6 +520,7 @@ __global__ void __launch_bounds__(oproj::StreamCfgB<kH, kNT>::kThreads)
     op.a = b.o_lora_q, op.a_sf = b.o_lora_sf, op.lda = 2 * kH, op.lda_sf = 2 * kH / 32;
     op.w = b.wo_b, op.w_sf = b.wo_b_sf, op.ldw = 2 * kH, op.w_kb = 2 * kH / 32;
     op.w_k0 = 0, op.k_len = 2 * kH, op.T = (int)b.T;
+    op.a_col0 = 0, op.maps = &maps;
     sgemm::run<Cfg>(op, n0, smem, [] { pdl::wait(); }, [&](const float *D, int T) {
         if (blockIdx.x == 0)                      // after the wait: kernel A is complete
             for (long long i = threadIdx.x; i < b.bank_words; i += Cfg::kConsumers) b.bank[i] = 0u;
