@@ -175,9 +175,11 @@ __device__ __forceinline__ void e4m3x4_to_f16x2x2(unsigned w, unsigned &lo, unsi
 }
 
 // d = a b (+ c): mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32.
+// (Not volatile: pure register operations the compiler may schedule; the ldmatrix loads stay
+// volatile, so they keep their order after the stage's mbarrier wait.)
 __device__ __forceinline__ void mma_f16_zero(float (&d)[4], const unsigned (&a)[4], unsigned b0,
                                              unsigned b1) {
-    asm volatile(
+    asm(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
         "{%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};\n"
         : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
@@ -185,7 +187,7 @@ __device__ __forceinline__ void mma_f16_zero(float (&d)[4], const unsigned (&a)[
 }
 __device__ __forceinline__ void mma_f16(float (&d)[4], const unsigned (&a)[4], unsigned b0,
                                         unsigned b1) {
-    asm volatile(
+    asm(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
         "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -252,7 +254,13 @@ __device__ __forceinline__ void produce(const Operands &op, int count, TileN til
     }
 }
 
-__device__ __forceinline__ float ue8m0(unsigned b) { return fp8::ue8m0_decode(b & 0xffu); }
+// 2^(b - 127) for byte `byte` (0..3) of a word of ue8m0 scales: the byte moved to the exponent
+// field (prmt + shift). Exact for 1 <= b <= 254; b = 0 gives 0 (not 2^-127) and b = 255 gives
+// +inf (not NaN), which real MXFP8 data does not hold (quantizer scales are clamped to
+// [-127, 127] + 127, and a scale of 2^-127 scales values below 2^-118).
+__device__ __forceinline__ float ue8m0_of(unsigned word, int byte) {
+    return __uint_as_float(__byte_perm(word, 0u, 0x0444u | ((unsigned)byte << 12)) >> 1);
+}
 
 // One consumer warp over all K-steps: acc[i][j] is its 16-row tile i x 8-token tile j.
 // f0: the flat step of the tile's first K-step.
@@ -270,58 +278,84 @@ __device__ __forceinline__ void consume(const Operands &op, int n0, int f0, cons
         for (int j = 0; j < Cfg::kNT; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+    // The fragments of one 32-wide group: W rows (kRT tiles of 16), tokens (kNT tiles of 8),
+    // the words of scales of the thread's two W rows and two tokens per tile.
+    struct Frag {
+        unsigned w[Cfg::kRT][4], a[Cfg::kNT][2], sw[Cfg::kRT][2], sa[Cfg::kNT][2];
+    };
+    const unsigned tbase = smem_u32(table);
     for (int ks = 0; ks < steps; ++ks) {
         const int f = f0 + ks, s = f % Cfg::kStages;
         mbarrier_wait_parity(sm.full(s), (unsigned)((f / Cfg::kStages) & 1));
         const unsigned wbase = smem_u32(sm.w(s)), abase = smem_u32(sm.a(s));
-        const unsigned char *wsf = sm.wsf(s);
-#pragma unroll
-        for (int gi = 0; gi < Cfg::kWarpGroups; ++gi) {
-            const int g = wk * Cfg::kWarpGroups + gi;          // group in the stage
+        const unsigned sfbase = smem_u32(sm.wsf(s));
+        // Loads of group gi of this warp (chunks 2 (g % 4), 2 (g % 4) + 1 of the 128-byte rows of
+        // box g / 4, swizzled; lanes 0..15 address the .x2 loads).
+        auto load = [&](int gi, Frag &fr) {
+            const int g = wk * Cfg::kWarpGroups + gi, gg = g % 4;
             const int kg = ks * Cfg::kGroups + g;              // group in A's K range
-            // B fragments (tokens): chunks 2g, 2g + 1 of rows 8j + lr (lanes 0..15 address).
-            // Chunks 2 (g % 4) and 2 (g % 4) + 1 of the 128-byte rows of box g / 4, swizzled.
-            const int gg = g % 4;
-            unsigned b[Cfg::kNT][4];
-            float sa[Cfg::kNT][2];
 #pragma unroll
             for (int j = 0; j < Cfg::kNT; ++j) {
-                unsigned r[2];
-                ldsm_x2(r, abase + (g / 4) * Cfg::kABox + (8 * j + lr) * 128 +
-                               (((2 * gg + (q & 1)) ^ lr) * 16));
-                e4m3x4_to_f16x2x2(r[0], b[j][0], b[j][1]);
-                e4m3x4_to_f16x2x2(r[1], b[j][2], b[j][3]);
-                sa[j][0] = ue8m0(table[(8 * j + 2 * c) * Cfg::kSfRow + kg]);
-                sa[j][1] = ue8m0(table[(8 * j + 2 * c + 1) * Cfg::kSfRow + kg]);
+                ldsm_x2(fr.a[j], abase + (g / 4) * Cfg::kABox + (8 * j + lr) * 128 +
+                                     (((2 * gg + (q & 1)) ^ lr) * 16));
+                const unsigned t0 = tbase + (8 * j + 2 * c) * Cfg::kSfRow + (kg & ~3);
+                asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(fr.sa[j][0]) : "r"(t0));
+                asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(fr.sa[j][1]) : "r"(t0 + Cfg::kSfRow));
             }
 #pragma unroll
             for (int i = 0; i < Cfg::kRT; ++i) {
                 const int row0 = wr * Cfg::kWarpRows + 16 * i;
-                unsigned r[4];
-                ldsm_x4(r, wbase + (g / 4) * Cfg::kWBox + (row0 + lr + 8 * (q & 1)) * 128 +
-                               (((2 * gg + q / 2) ^ lr) * 16));
-                unsigned a0[4], a1[4];
-                e4m3x4_to_f16x2x2(r[0], a0[0], a0[2]);
-                e4m3x4_to_f16x2x2(r[1], a0[1], a0[3]);
-                e4m3x4_to_f16x2x2(r[2], a1[0], a1[2]);
-                e4m3x4_to_f16x2x2(r[3], a1[1], a1[3]);
-                // W scales of rows row0 + gr and row0 + gr + 8 (SfAtom: row n of the 128-row
-                // block at (n % 32) * 16 + ((n % 128) / 32) * 4, byte kb % 4 of K-atom kb).
-                const unsigned char *blk = wsf + (g / 4) * 512 + g % 4;
+                ldsm_x4(fr.w[i], wbase + (g / 4) * Cfg::kWBox + (row0 + lr + 8 * (q & 1)) * 128 +
+                                     (((2 * gg + q / 2) ^ lr) * 16));
+                // SfAtom: row n of the 128-row block has its K-atom's four scales in the word at
+                // (n % 32) * 16 + ((n % 128) / 32) * 4 of the atom's 512-byte block.
                 const int n_a = n0 % 128 + row0 + gr, n_b = n_a + 8;
-                const float sw0 = ue8m0(blk[(n_a % 32) * 16 + (n_a / 32) * 4]);
-                const float sw1 = ue8m0(blk[(n_b % 32) * 16 + (n_b / 32) * 4]);
+                const unsigned blk = sfbase + (g / 4) * 512;
+                asm volatile("ld.shared.u32 %0, [%1];\n"
+                             : "=r"(fr.sw[i][0]) : "r"(blk + (n_a % 32) * 16 + (n_a / 32) * 4));
+                asm volatile("ld.shared.u32 %0, [%1];\n"
+                             : "=r"(fr.sw[i][1]) : "r"(blk + (n_b % 32) * 16 + (n_b / 32) * 4));
+            }
+        };
+        auto compute = [&](int gi, const Frag &fr) {
+            const int g = wk * Cfg::kWarpGroups + gi, gg = g % 4;
+            const int kg = ks * Cfg::kGroups + g;
+            unsigned b[Cfg::kNT][4];
+            float sa[Cfg::kNT][2];
+#pragma unroll
+            for (int j = 0; j < Cfg::kNT; ++j) {
+                e4m3x4_to_f16x2x2(fr.a[j][0], b[j][0], b[j][1]);
+                e4m3x4_to_f16x2x2(fr.a[j][1], b[j][2], b[j][3]);
+                sa[j][0] = ue8m0_of(fr.sa[j][0], kg & 3);
+                sa[j][1] = ue8m0_of(fr.sa[j][1], kg & 3);
+            }
+#pragma unroll
+            for (int i = 0; i < Cfg::kRT; ++i) {
+                unsigned a0[4], a1[4];
+                e4m3x4_to_f16x2x2(fr.w[i][0], a0[0], a0[2]);
+                e4m3x4_to_f16x2x2(fr.w[i][1], a0[1], a0[3]);
+                e4m3x4_to_f16x2x2(fr.w[i][2], a1[0], a1[2]);
+                e4m3x4_to_f16x2x2(fr.w[i][3], a1[1], a1[3]);
+                const float sw0 = ue8m0_of(fr.sw[i][0], gg), sw1 = ue8m0_of(fr.sw[i][1], gg);
 #pragma unroll
                 for (int j = 0; j < Cfg::kNT; ++j) {
                     float p[4];
                     mma_f16_zero(p, a0, b[j][0], b[j][1]);
                     mma_f16(p, a1, b[j][2], b[j][3]);
-                    acc[i][j][0] += p[0] * (sw0 * sa[j][0]);
-                    acc[i][j][1] += p[1] * (sw0 * sa[j][1]);
-                    acc[i][j][2] += p[2] * (sw1 * sa[j][0]);
-                    acc[i][j][3] += p[3] * (sw1 * sa[j][1]);
+                    acc[i][j][0] = fmaf(p[0], sw0 * sa[j][0], acc[i][j][0]);
+                    acc[i][j][1] = fmaf(p[1], sw0 * sa[j][1], acc[i][j][1]);
+                    acc[i][j][2] = fmaf(p[2], sw1 * sa[j][0], acc[i][j][2]);
+                    acc[i][j][3] = fmaf(p[3], sw1 * sa[j][1], acc[i][j][3]);
                 }
             }
+        };
+        // Software pipeline over the warp's groups: group gi + 1's loads before group gi's math.
+        Frag fr[2];
+        load(0, fr[0]);
+#pragma unroll
+        for (int gi = 0; gi < Cfg::kWarpGroups; ++gi) {
+            if (gi + 1 < Cfg::kWarpGroups) load(gi + 1, fr[(gi + 1) % 2]);
+            compute(gi, fr[gi % 2]);
         }
         __syncwarp();
         if (lane == 0) mbarrier_arrive(sm.empty(s));

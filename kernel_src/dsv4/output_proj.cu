@@ -393,10 +393,11 @@ constexpr int stream_ks_b() { return kNT <= 2 ? 512 : 256; }
 template <int kNT>
 constexpr int stream_stages_b() { return kNT == 1 ? 5 : 4; }
 template <int kH, int kG, int kNT>
-using StreamCfgA = sgemm::Config<kStreamBnA, kNT, 256, stream_stages_a<kNT>(), kNT >= 4 ? 4 : 2,
+using StreamCfgA = sgemm::Config<kStreamBnA, kNT, 256, stream_stages_a<kNT>(), kNT >= 4 ? 4 : 1,
                                  Shape<kH, kG>::kK / 32>;
 template <int kH, int kNT>
-using StreamCfgB = sgemm::Config<kStreamBnB, kNT, stream_ks_b<kNT>(), stream_stages_b<kNT>(), 2,
+using StreamCfgB = sgemm::Config<kStreamBnB, kNT, stream_ks_b<kNT>(), stream_stages_b<kNT>(),
+                                 kNT <= 2 ? 1 : 2,
                                  2 * kH / 32>;
 
 // Spins (one thread) until the quantize items have counted every unit of the T tokens.
