@@ -400,6 +400,9 @@ static mla_status launch_cooperative(mla_runtime *rt, const mla__kernel *k, CUst
     return MLA_OK;
 }
 
+/* T <= this: phase 3 runs the stream GEMM (kQStreamTokens of attention.cu). */
+#define DSV4_Q_STREAM_TOKENS 16
+
 /* ---- mla_attention -------------------------------------------------------------------------- */
 
 /* Every argument; sets T, H, the kind and the workspace layout. */
@@ -431,6 +434,14 @@ mla_status mla_attention(mla_runtime *runtime, const mla_attention_args *args, C
     MLA_FORWARD_IF_ERROR(mla__runtime_enter(runtime));
     const mla__kernel *k = NULL;
     MLA_FORWARD_IF_ERROR(mla__get_kernel(runtime, &spec, &k));
-    void *kargs[] = {&p};
+    /* T <= 16: the TMA descriptors of phase 3's stream GEMM (attention.cu, q_projection_stream:
+     * 128-row wq_b boxes, 8 or 16 token rows of qr codes, 2 K-atoms per stage). */
+    mla__dsv4_maps maps;
+    memset(&maps, 0, sizeof maps);
+    if (T <= DSV4_Q_STREAM_TOKENS)
+        MLA_FORWARD_IF_ERROR(mla__dsv4_stream_maps(
+            runtime, &maps, p.wq_b, DSV4_QL, DSV4_Q_COLS, DSV4_QL, 128, p.qr, DSV4_QL, T,
+            2 * DSV4_QL, T <= 8 ? 8 : 16, p.wq_b_sf, 2));
+    void *kargs[] = {&p, &maps};
     return launch_cooperative(runtime, k, stream, kargs);
 }

@@ -35,6 +35,24 @@
 #define OP_BANK_ZERO_WORDS 128          /* kernel B zeroes bank words [0, 128); the split-K
                                            tile counters above reset themselves */
 
+/* The weight-streaming kernels for T <= 64 (output_proj_*_stream_kernel, common/stream_gemm.cuh):
+ * NT = ceil(T / 8) token tiles, 8 consumer warps + 1 producer warp, and the shared memory of
+ * sgemm::Config<bn, NT, ks, stages, ., sf_row> (StreamCfgA / StreamCfgB of output_proj.cu). */
+#define OP_S_TOKENS 16
+#define OP_S_THREADS 288
+#define OP_S_BN_A 64
+#define OP_S_BN_B 32
+#define OP_S_KS_A 256
+static long long stream_smem(int bn, int nt, int ks, int stages, long long sf_row) {
+    long long atoms = ks / 128;
+    long long stage = (atoms * (bn + 8LL * nt) * 128 + atoms * 512 + 1023) / 1024 * 1024;
+    return stages * stage + 8LL * nt * sf_row + 2LL * stages * 8 + 1024;
+}
+static int stream_stages_a(int nt) { return nt <= 2 ? 5 : 3; }
+static int stream_ks_b(int nt) { return nt <= 2 ? 512 : 256; }
+static int stream_stages_b(int nt) { return nt == 1 ? 5 : 4; }
+static int stream_nt(int T) { return T <= 8 ? 1 : (T <= 16 ? 2 : (T <= 32 ? 4 : 8)); }
+
 /* ---- kind builders --------------------------------------------------------------------------- */
 
 /* The seed's constraints on H and G (K = 32768 / G, R = 2H / G); a message names what is wrong. */
@@ -84,6 +102,42 @@ mla_status mla__dsv4_output_proj_a_build(const mla__spec *spec, char *name_expr,
 mla_status mla__dsv4_output_proj_b_build(const mla__spec *spec, char *name_expr, size_t size,
                                          mla__launch_info *launch) {
     return build(spec, "output_proj_b_kernel", OP_BN_B, name_expr, size, launch);
+}
+
+/* The stream kinds: params (H, G, NT), NT in {1, 2, 4, 8}. */
+static mla_status build_stream(const mla__spec *spec, int b, char *name_expr, size_t size,
+                               mla__launch_info *launch) {
+    MLA_ARG_CHECK(spec->n_params == 3 && strcmp(spec->params[0].name, "H") == 0 &&
+                      strcmp(spec->params[1].name, "G") == 0 &&
+                      strcmp(spec->params[2].name, "NT") == 0,
+                  "%s: expected the parameters (H, G, NT), got %d parameters", spec->kernel,
+                  spec->n_params);
+    long long H = spec->params[0].value, G = spec->params[1].value, nt = spec->params[2].value;
+    MLA_FORWARD_IF_ERROR(check_hg(spec->kernel, H, G));
+    MLA_ARG_CHECK(nt == 1 || nt == 2 || nt == 4 || nt == 8,
+                  "%s: expected NT (8-token tiles) in {1, 2, 4, 8}, got %lld", spec->kernel, nt);
+    int n = snprintf(name_expr, size, "mla::dsv4::%s<%lld, %lld, %lld>",
+                     b ? "output_proj_b_stream_kernel" : "output_proj_a_stream_kernel", H, G, nt);
+    MLA_RETURN_ERROR_IF(n < 0 || (size_t)n >= size, MLA_ERR_INTERNAL,
+                        "%s: name expression buffer of %zu bytes too small", spec->kernel, size);
+    launch->threads = OP_S_THREADS;
+    launch->dynamic_smem =
+        b ? (unsigned)stream_smem(OP_S_BN_B, (int)nt, stream_ks_b((int)nt),
+                                  stream_stages_b((int)nt), 2 * H / 32)
+          : (unsigned)stream_smem(OP_S_BN_A, (int)nt, OP_S_KS_A, stream_stages_a((int)nt),
+                                  OP_COLS / G / 32);
+    launch->cluster = 1;
+    return MLA_OK;
+}
+
+mla_status mla__dsv4_output_proj_a_stream_build(const mla__spec *spec, char *name_expr,
+                                                size_t size, mla__launch_info *launch) {
+    return build_stream(spec, 0, name_expr, size, launch);
+}
+
+mla_status mla__dsv4_output_proj_b_stream_build(const mla__spec *spec, char *name_expr,
+                                                size_t size, mla__launch_info *launch) {
+    return build_stream(spec, 1, name_expr, size, launch);
 }
 
 /* ---- argument checks ------------------------------------------------------------------------- */
@@ -227,9 +281,9 @@ typedef struct op_args_b {
 } op_args_b;
 
 /* Units (token, head) per quantize item: about OP_QUANT_WAVES items per SM, whole warps. */
-static long long units_per_item(int T, int sm_count) {
+static long long units_per_item(int T, int sm_count, int waves) {
     long long units = (long long)T * OP_HEADS;
-    long long items = (long long)OP_QUANT_WAVES * (sm_count > 0 ? sm_count : 1);
+    long long items = (long long)waves * (sm_count > 0 ? sm_count : 1);
     long long per = (units + items - 1) / items;
     per = (per + OP_QUANT_WARPS - 1) / OP_QUANT_WARPS * OP_QUANT_WARPS;
     return per;
@@ -263,7 +317,9 @@ static void fill_args(const mla_runtime *rt, const mla_output_proj_args *a, cons
     A->o_lora = ws + L->o_lora, A->o_lora_q = ws + L->o_lora_q, A->o_lora_sf = ws + L->o_lora_sf;
     A->bank = ws + mla__dsv4_bank_offset(kind), A->part = ws + L->part_op;
     A->T = sh->T, A->max_pos = sh->max_pos, A->split = mla__dsv4_split(sh->T);
-    A->units_per_qtile = units_per_item(sh->T, rt->sm_count);
+    /* The stream kernel A has 9 warps and larger CTAs: about one quantize item per SM. */
+    A->units_per_qtile = units_per_item(sh->T, rt->sm_count,
+                                        sh->T <= OP_S_TOKENS ? 1 : OP_QUANT_WAVES);
     A->n_qtiles = (units + A->units_per_qtile - 1) / A->units_per_qtile;
     split_k(sh->T, 2 * sh->H / OP_BN_A, sh->K / 128, rt->sm_count, &A->kslices,
             &A->slice_steps);
@@ -274,20 +330,48 @@ static void fill_args(const mla_runtime *rt, const mla_output_proj_args *a, cons
     B->T = sh->T, B->bank_words = OP_BANK_ZERO_WORDS;
 }
 
-static mla_status get_kernel(mla_runtime *rt, const char *kind, const op_shape *sh,
+static mla_status get_kernel(mla_runtime *rt, const char *kind, const op_shape *sh, int nt,
                              const mla__kernel **k) {
     mla__spec spec;
     mla__spec_init(&spec, kind);
     MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "H", sh->H));
     MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "G", sh->G));
+    if (nt > 0) MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "NT", nt));
     return mla__get_kernel(rt, &spec, k);
+}
+
+/* T <= 16: the stream kernels (no split-K; the bank is zeroed first as in launch_all), each with
+ * its TMA descriptors (second parameter, by value). */
+static mla_status launch_stream(mla_runtime *rt, const op_shape *sh, op_args_a *A, op_args_b *B,
+                                CUstream stream) {
+    const mla__kernel *ka = NULL, *kb = NULL;
+    int nt = stream_nt(sh->T);
+    mla__dsv4_maps ma, mb;
+    MLA_FORWARD_IF_ERROR(mla__dsv4_stream_maps(rt, &ma, A->wo_a, sh->K, 2 * sh->H, sh->K,
+                                               OP_S_BN_A, A->act_q, OP_COLS, sh->T, OP_COLS,
+                                               8 * nt, A->wo_a_sf, OP_S_KS_A / 128));
+    MLA_FORWARD_IF_ERROR(mla__dsv4_stream_maps(rt, &mb, B->wo_b, 2 * sh->H, sh->H, 2 * sh->H,
+                                               OP_S_BN_B, B->o_lora_q, 2 * sh->H, sh->T,
+                                               2 * sh->H, 8 * nt, B->wo_b_sf,
+                                               stream_ks_b(nt) / 128));
+    MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_a_stream", sh, nt, &ka));
+    MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_b_stream", sh, nt, &kb));
+    A->kslices = 1, A->slice_steps = sh->K / 128;
+    B->slice_steps = 2 * sh->H / 128;
+    unsigned a_items = (unsigned)A->n_qtiles + (unsigned)(2 * sh->H / OP_S_BN_A);
+    MLA_CU(rt, cuMemsetD8Async(A->bank, 0, MLA__DSV4_BANK_BYTES, stream));
+    void *args_a[] = {A, &ma};
+    MLA_FORWARD_IF_ERROR(mla__launch(rt, ka, a_items, 1, 1, stream, args_a));
+    void *args_b[] = {B, &mb};
+    return mla__launch_pdl(rt, kb, (unsigned)(sh->H / OP_S_BN_B), 1, 1, stream, args_b);
 }
 
 static mla_status launch_all(mla_runtime *rt, const op_shape *sh, op_args_a *A, op_args_b *B,
                              CUstream stream) {
     const mla__kernel *ka = NULL, *kb = NULL;
-    MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_a", sh, &ka));
-    MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_b", sh, &kb));
+    if (sh->T <= OP_S_TOKENS) return launch_stream(rt, sh, A, B, stream);
+    MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_a", sh, 0, &ka));
+    MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_b", sh, 0, &kb));
     unsigned m_tiles = (unsigned)((sh->T + OP_BM - 1) / OP_BM);
     unsigned a_items = (unsigned)A->n_qtiles +
                        m_tiles * (unsigned)(2 * sh->H / OP_BN_A) * (unsigned)A->kslices;

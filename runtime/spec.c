@@ -22,6 +22,7 @@ static const char *const fakequant_prefill_mma_params[] = {"dtype", "q_quant", "
                                                            "rows_per_warp", NULL};
 static const char *const dsv4_attention_params[] = {"H", "page_size", "draft_tokens", "hca", NULL};
 static const char *const dsv4_output_proj_params[] = {"H", "G", NULL};
+static const char *const dsv4_output_proj_stream_params[] = {"H", "G", "NT", NULL};
 static const char *const flashmla_decode_params[] = {"kv_dtype", "page_class", "causal", NULL};
 static const char *const flashmla_combine_params[] = {"out_dtype", NULL};
 static const char *const flashmla_sparse_prefill_params[] = {"d_qk", NULL};
@@ -33,6 +34,10 @@ static const mla__kernel_kind kinds[] = {
      mla__dsv4_output_proj_a_build},
     {"dsv4_output_proj_b", "dsv4/output_proj.cu", dsv4_output_proj_params,
      mla__dsv4_output_proj_b_build},
+    {"dsv4_output_proj_a_stream", "dsv4/output_proj.cu", dsv4_output_proj_stream_params,
+     mla__dsv4_output_proj_a_stream_build},
+    {"dsv4_output_proj_b_stream", "dsv4/output_proj.cu", dsv4_output_proj_stream_params,
+     mla__dsv4_output_proj_b_stream_build},
     {"flashmla_metadata", "flashmla/metadata.cu", no_params, mla__flashmla_metadata_build},
     {"flashmla_decode", "flashmla/decode.cu", flashmla_decode_params, mla__flashmla_decode_build},
     {"flashmla_decode_sm90", "flashmla/decode_sm90.cu", flashmla_decode_params,

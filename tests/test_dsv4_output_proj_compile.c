@@ -15,25 +15,37 @@
 typedef struct compile_case {
     char kind[32];
     char arch[16];
-    int H, G;
+    int H, G, NT; /* NT: the stream kinds' 8-token tiles, 0 for the tiled kinds */
 } compile_case;
 
 #define HG_CASES(X, kind, arch)                                                                  \
     X(kind, arch, 4096, 8) X(kind, arch, 4096, 16) X(kind, arch, 512, 4)                         \
     X(kind, arch, 1024, 4) X(kind, arch, 2048, 16)
-#define CASE_ROW_(kind, arch, H, G) {kind, arch, H, G},
+#define CASE_ROW_(kind, arch, H, G) {kind, arch, H, G, 0},
+/* The stream kinds: every NT at H 4096 G 8, and the smallest and an odd (H, G) at NT 1 and 8. */
+#define STREAM_CASES(X, kind, arch)                                                              \
+    X(kind, arch, 4096, 8, 1) X(kind, arch, 4096, 8, 2) X(kind, arch, 4096, 8, 4)                \
+    X(kind, arch, 4096, 8, 8) X(kind, arch, 512, 4, 1) X(kind, arch, 2048, 16, 8)
+#define STREAM_ROW_(kind, arch, H, G, NT) {kind, arch, H, G, NT},
 
 static compile_case compile_cases[] = {
     HG_CASES(CASE_ROW_, "dsv4_output_proj_a", "sm_90a")
     HG_CASES(CASE_ROW_, "dsv4_output_proj_b", "sm_90a")
     HG_CASES(CASE_ROW_, "dsv4_output_proj_a", "sm_100a")
     HG_CASES(CASE_ROW_, "dsv4_output_proj_b", "sm_100a")
+    STREAM_CASES(STREAM_ROW_, "dsv4_output_proj_a_stream", "sm_90a")
+    STREAM_CASES(STREAM_ROW_, "dsv4_output_proj_b_stream", "sm_90a")
+    STREAM_CASES(STREAM_ROW_, "dsv4_output_proj_a_stream", "sm_100a")
+    STREAM_CASES(STREAM_ROW_, "dsv4_output_proj_b_stream", "sm_100a")
 };
 
-static void make_spec(mla__spec *spec, const char *kind, long long H, long long G) {
+static void make_spec(mla__spec *spec, const char *kind, long long H, long long G, int NT) {
     mla__spec_init(spec, kind);
     cr_assert(mla__spec_add(spec, "H", H) == MLA_OK && mla__spec_add(spec, "G", G) == MLA_OK,
               "%s(H=%lld,G=%lld): mla__spec_add: %s", kind, H, G, mla_last_error());
+    if (NT > 0)
+        cr_assert(mla__spec_add(spec, "NT", NT) == MLA_OK, "%s(NT=%d): mla__spec_add: %s", kind,
+                  NT, mla_last_error());
 }
 
 ParameterizedTestParameters(dsv4_output_proj_compile, precompile) {
@@ -47,7 +59,7 @@ ParameterizedTest(compile_case *c, dsv4_output_proj_compile, precompile) {
     cr_assert(s == MLA_OK && rt, "%s(H=%d,G=%d) %s: runtime: %s", c->kind, c->H, c->G, c->arch,
               mla_last_error());
     mla__spec spec;
-    make_spec(&spec, c->kind, c->H, c->G);
+    make_spec(&spec, c->kind, c->H, c->G, c->NT);
     char hash[33] = "";
     mla__origin origin;
     s = mla__precompile(rt, &spec, c->arch, &origin, hash);
@@ -75,7 +87,7 @@ Test(dsv4_output_proj_compile, builders) {
         cr_expect(strcmp(kind->source, "dsv4/output_proj.cu") == 0, "%s: source %s",
                   kinds[i].kind, kind->source);
         mla__spec spec;
-        make_spec(&spec, kinds[i].kind, 4096, 8);
+        make_spec(&spec, kinds[i].kind, 4096, 8, 0);
         char name[256];
         mla__launch_info launch;
         memset(&launch, 0, sizeof launch);
@@ -107,7 +119,7 @@ Test(dsv4_output_proj_compile, builders_reject) {
             const mla__kernel_kind *kind = mla__kernel_kind_find(kn);
             cr_assert(kind != NULL, "%s: kind not registered", kn);
             mla__spec spec;
-            make_spec(&spec, kn, bad[i].H, bad[i].G);
+            make_spec(&spec, kn, bad[i].H, bad[i].G, 0);
             char name[256];
             mla__launch_info launch;
             mla_status s = kind->build(&spec, name, sizeof name, &launch);
@@ -115,6 +127,29 @@ Test(dsv4_output_proj_compile, builders_reject) {
                       "%s(H=%lld,G=%lld): expected MLA_ERR_INVALID_ARGUMENT naming \"%s\", got "
                       "%s: %s", kn, bad[i].H, bad[i].G, bad[i].want, mla_status_string(s),
                       mla_last_error());
+        }
+    /* The stream kinds: NT outside {1, 2, 4, 8}, and the (H, G) checks. */
+    static const struct {
+        long long H, G, NT;
+        const char *want;
+    } bad_s[] = {{4096, 8, 3, "NT"}, {4096, 8, 16, "NT"}, {4096, 8, 0, "NT"}, {512, 8, 1, "R = 2H / G"}};
+    for (size_t i = 0; i < sizeof bad_s / sizeof bad_s[0]; i++)
+        for (int k = 0; k < 2; k++) {
+            const char *kn = k ? "dsv4_output_proj_b_stream" : "dsv4_output_proj_a_stream";
+            const mla__kernel_kind *kind = mla__kernel_kind_find(kn);
+            cr_assert(kind != NULL, "%s: kind not registered", kn);
+            mla__spec spec;
+            mla__spec_init(&spec, kn);
+            cr_assert(mla__spec_add(&spec, "H", bad_s[i].H) == MLA_OK &&
+                      mla__spec_add(&spec, "G", bad_s[i].G) == MLA_OK &&
+                      mla__spec_add(&spec, "NT", bad_s[i].NT) == MLA_OK, "%s: spec", kn);
+            char name[256];
+            mla__launch_info launch;
+            mla_status s = kind->build(&spec, name, sizeof name, &launch);
+            cr_expect(s == MLA_ERR_INVALID_ARGUMENT && strstr(mla_last_error(), bad_s[i].want),
+                      "%s(H=%lld,G=%lld,NT=%lld): expected MLA_ERR_INVALID_ARGUMENT naming "
+                      "\"%s\", got %s: %s", kn, bad_s[i].H, bad_s[i].G, bad_s[i].NT,
+                      bad_s[i].want, mla_status_string(s), mla_last_error());
         }
     mla__spec spec;
     mla__spec_init(&spec, "dsv4_output_proj_a");

@@ -63,6 +63,7 @@
 #include "common/bf16.cuh"
 #include "common/fp8.cuh"
 #include "common/gemm.cuh"
+#include "common/stream_gemm.cuh"
 #include "common/grid_barrier.cuh"
 #include "common/ptx_mma.cuh"
 #include "common/rope.cuh"
@@ -178,6 +179,14 @@ using CfgQb = TileCfg<gemm::AKind::kBf16, 6>;                        // qr @ Wd_
 // step twice the W; the same MMAs per accumulator in the same order, so the same q bits.
 using CfgQbWide = gemm::Config<64, 128, 2, 4, 4, gemm::AKind::kBf16>;
 constexpr bool kWideQ = true;                   // false: 64 x 64 tiles at every T
+// T <= kQStreamTokens: phase 3 on the weight-streaming GEMM (q_projection_stream), 128-row tiles
+// (the tiles of prefetch_q_weights), 4 consumer warps + 1 producer warp, one ring over the CTA's
+// tiles; 8 tokens: 4 stages, 16 tokens: 3.
+constexpr int kQStreamTokens = 16;
+using CfgQbStream1 = sgemm::Config<128, 1, 256, 4, 2, kQL / 32, 4, true>;
+using CfgQbStream2 = sgemm::Config<128, 2, 256, 3, 2, kQL / 32, 4, true>;
+static_assert(CfgQbStream1::kThreads <= kThreads && CfgQbStream2::kThreads <= kThreads,
+              "the stream GEMM's warps fit the block");
 constexpr int kBM = CfgQkv::kBM, kBN = CfgQkv::kBN;
 
 struct StoreBf16 {
@@ -358,6 +367,18 @@ __device__ void qr_row(const Params &p, int t, int lane) {
     load_bf16<32>(p.q_norm_w + lane * 32, w);
 #pragma unroll
     for (int i = 0; i < 32; ++i) v[i] = round_bf16(v[i] * r * w[i]);
+    if (p.T <= kQStreamTokens) {
+        // mxq's codes and scales (what fp8::mxq rounds v to), for the stream GEMM of phase 3:
+        // token row t of the qr region holds its 1024 e4m3 codes, then its 32 ue8m0 scales.
+        unsigned int q[8];
+        const unsigned int sf = fp8::quantize_group<32, 32>(v, q);
+        unsigned char *row = reinterpret_cast<unsigned char *>(p.qr) + (long long)t * kQL * 2;
+        uint4 *dst = reinterpret_cast<uint4 *>(row + lane * 32);
+        dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
+        dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
+        row[kQL + lane] = (unsigned char)sf;
+        return;
+    }
     fp8::mxq<32, 32>(v);
     store_bf16<32>(p.qr + (long long)t * kQL + lane * 32, v);
 }
@@ -503,11 +524,44 @@ __device__ void q_projection_tiles(const Params &p, unsigned char *smem) {
         });
 }
 
+// T <= 16: q = bf16(qr @ Wd_qb^T) by the weight-streaming GEMM (common/stream_gemm.cuh) on qr's
+// e4m3 codes and scales (phase 2 wrote them into the qr region): this CTA's 128-row blocks of
+// wq_b (the tiles of prefetch_q_weights) through one TMA ring, 4 consumer warps and a producer
+// warp (warps 5..7 wait at the next grid barrier). The kernel's second parameter holds the TMA
+// descriptors: W = wq_b [32768, 1024], A = the qr region's codes (T rows of 1024 bytes, row
+// stride 2048), sf = wq_b_sf (runtime/dsv4_attention.c; zeroed and unused when T > 16).
+template <class Cfg>
+__device__ void q_projection_stream(const Params &p, const sgemm::Maps &maps, unsigned char *smem) {
+    constexpr int kTiles = kQCols / Cfg::kBN;
+    const int count = (int)blockIdx.x < kTiles ? (kTiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1
+                                               : 0;
+    const unsigned char *qr = reinterpret_cast<const unsigned char *>(p.qr);
+    sgemm::Operands op;
+    op.a = qr, op.a_sf = qr + kQL, op.lda = 2 * kQL, op.lda_sf = 2 * kQL;
+    op.w = p.wq_b, op.w_sf = p.wq_b_sf, op.ldw = kQL, op.w_kb = kQL / 32;
+    op.w_k0 = 0, op.k_len = kQL, op.T = p.T;
+    op.a_col0 = 0, op.maps = &maps;
+    sgemm::run_tiles<Cfg>(
+        op, count, [](int i) { return ((int)blockIdx.x + i * (int)gridDim.x) * Cfg::kBN; }, smem,
+        [] {},
+        [&](int, int n0, const float *D, int T) {
+            for (int x = (int)threadIdx.x; x < T * Cfg::kBN / 2; x += Cfg::kConsumers) {
+                const int t = x / (Cfg::kBN / 2), r = 2 * (x % (Cfg::kBN / 2));
+                *reinterpret_cast<unsigned *>(p.q_or_x + (long long)t * kQCols + n0 + r) =
+                    pack_bf16x2(D[r * Cfg::kDPitch + t], D[(r + 1) * Cfg::kDPitch + t]);
+            }
+        });
+}
+
 template <int kDraft, bool kHca>
-__device__ void phase_q_projection(const Params &p, unsigned char *smem) {
+__device__ void phase_q_projection(const Params &p, const sgemm::Maps &maps, unsigned char *smem) {
     if (kHca)
         for (int u = blockIdx.x; u < p.T; u += gridDim.x) ring_write<kDraft>(p, u);
-    if (kWideQ && p.T <= CfgQbWide::kBM)
+    if (p.T <= 8)
+        q_projection_stream<CfgQbStream1>(p, maps, smem);
+    else if (p.T <= kQStreamTokens)
+        q_projection_stream<CfgQbStream2>(p, maps, smem);
+    else if (kWideQ && p.T <= CfgQbWide::kBM)
         q_projection_tiles<CfgQbWide>(p, smem);
     else
         q_projection_tiles<CfgQb>(p, smem);
@@ -792,8 +846,10 @@ __device__ void phase_attention(const Params &p, unsigned char *smem) {
 // ---- the kernel -----------------------------------------------------------------------------
 
 __host__ __device__ constexpr int cmax(int a, int b) { return a > b ? a : b; }
-constexpr int kGemmSmemBytes = cmax(cmax(CfgQkv::kSmemBytes, CfgGate::kSmemBytes),
-                                    cmax(CfgQb::kSmemBytes, CfgQbWide::kSmemBytes));
+constexpr int kGemmSmemBytes =
+    cmax(cmax(cmax(CfgQkv::kSmemBytes, CfgGate::kSmemBytes),
+              cmax(CfgQb::kSmemBytes, CfgQbWide::kSmemBytes)),
+         cmax(CfgQbStream1::kSmemBytes, CfgQbStream2::kSmemBytes));
 constexpr int kSmemBytes =
     cmax(cmax(kGemmSmemBytes, attn::kSmemBytes), 128 * 4 + kKVL * 4 /* compressor */);
 static_assert(kSmemBytes <= kSmemBudget, "raise DSV4_ATTN_SMEM in runtime/dsv4_attention.c");
@@ -802,7 +858,8 @@ static_assert(CfgQkv::kThreads == kThreads && CfgGate::kThreads == kThreads &&
               "one block size");
 
 template <int kH, int kPage, int kDraft, int kHca>
-__global__ void __launch_bounds__(kThreads, 1) attention_kernel(const Params p) {
+__global__ void __launch_bounds__(kThreads, 1) attention_kernel(
+    const Params p, const __grid_constant__ sgemm::Maps qmaps) {
     static_assert(kH % 128 == 0 && kH > 0, "H: a positive multiple of 128");
     static_assert(kPage > 0 && (kPage & (kPage - 1)) == 0, "page_size: a power of two");
     static_assert(kDraft >= 0 && (kHca == 0 || kHca == 1), "draft_tokens >= 0, hca 0 or 1");
@@ -814,7 +871,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const Params p) 
     grid_barrier(p.bank + 0);
     phase_token_rows<kPage, kDraft, kHca != 0>(p, smem);
     grid_barrier(p.bank + 1);
-    phase_q_projection<kDraft, kHca != 0>(p, smem);
+    phase_q_projection<kDraft, kHca != 0>(p, qmaps, smem);
     grid_barrier(p.bank + 2);
     phase_attention<kPage, kHca != 0>(p, smem);
     if (p.reset_barriers) grid_exit_reset(p.bank + kExitWord, p.bank, kExitWord + 1);

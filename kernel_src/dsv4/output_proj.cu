@@ -62,6 +62,7 @@
 #include "common/fp8.cuh"
 #include "common/gemm.cuh"
 #include "common/pdl.cuh"
+#include "common/stream_gemm.cuh"
 
 namespace mla {
 namespace dsv4 {
@@ -275,12 +276,14 @@ __device__ __forceinline__ void quantize_unit(const ArgsA &a, long long u, int l
 }
 
 // Quantize item qt: its units, then ready[m] += its units of m-tile m (one or two m-tiles).
+// Every thread of the block (kW warps) calls it.
+template <int kW = kWarps>
 __device__ __forceinline__ void quantize_item(const ArgsA &a, long long qt) {
     const long long units = a.T * kHeads;
     const long long u0 = qt * a.units_per_qtile;
     const long long u1 = u0 + a.units_per_qtile < units ? u0 + a.units_per_qtile : units;
     const int warp = (int)(threadIdx.x / 32), lane = (int)(threadIdx.x % 32);
-    for (long long u = u0 + warp; u < u1; u += kWarps) quantize_unit(a, u, lane);
+    for (long long u = u0 + warp; u < u1; u += kW) quantize_unit(a, u, lane);
     for (long long m = u0 / kUnitsPerMTile; m * kUnitsPerMTile < u1; ++m) {
         const long long lo = m * kUnitsPerMTile > u0 ? m * kUnitsPerMTile : u0;
         const long long hi = (m + 1) * kUnitsPerMTile < u1 ? (m + 1) * kUnitsPerMTile : u1;
@@ -374,6 +377,64 @@ __device__ __forceinline__ void zero_bank(unsigned int *bank, long long words) {
     for (long long i = threadIdx.x; i < words; i += kThreads) bank[i] = 0u;
 }
 
+// ---- the weight-streaming kernels (T <= 16, common/stream_gemm.cuh) ---------------------------
+//
+// For T <= 16 tokens both GEMMs are skinny: the runtime launches the *_stream kernels instead,
+// kNT = ceil(T / 8) token tiles of 8 (the kinds take kNT in {1, 2, 4, 8}; the runtime uses 1 and
+// 2: at 4 and 8 the 1-D bulk-copy version measured slower than the tiled kernels). Each GEMM CTA streams one block of W rows
+// over the whole K exactly once (kernel A: 64 rows of one wo_a group, 2H / 64 CTAs after the
+// quantize items; kernel B: 32 rows of wo_b, H / 32 CTAs), so no split-K and no partials. The
+// shared-memory sizes are mirrored in runtime/dsv4_output_proj.c (OP_S_*).
+constexpr int kStreamBnA = 64, kStreamBnB = 32;
+template <int kNT>
+constexpr int stream_stages_a() { return kNT <= 2 ? 5 : 3; }
+template <int kNT>
+constexpr int stream_ks_b() { return kNT <= 2 ? 512 : 256; }
+template <int kNT>
+constexpr int stream_stages_b() { return kNT == 1 ? 5 : 4; }
+template <int kH, int kG, int kNT>
+using StreamCfgA = sgemm::Config<kStreamBnA, kNT, 256, stream_stages_a<kNT>(), kNT >= 4 ? 4 : 1,
+                                 Shape<kH, kG>::kK / 32>;
+template <int kH, int kNT>
+using StreamCfgB = sgemm::Config<kStreamBnB, kNT, stream_ks_b<kNT>(), stream_stages_b<kNT>(),
+                                 kNT <= 2 ? 1 : 2,
+                                 2 * kH / 32>;
+
+// Spins (one thread) until the quantize items have counted every unit of the T tokens.
+__device__ __forceinline__ void wait_units(const ArgsA &a) {
+    const unsigned int n = (unsigned int)(a.T * kHeads);
+    while (pdl::load_acquire(a.bank + kReadyWord0) < n) __nanosleep(64);
+}
+
+// o_lora epilogue of a streamed tile: D[r * kDPitch + t] is o_lora[t, n0 + r]; a lane quad per
+// (token, aligned 32-column group): bf16, mxq -> o_lora, o_lora_q, o_lora_sf (the values and
+// bytes store_o_lora writes). The 256 consumer threads call it.
+template <class Cfg>
+__device__ __forceinline__ void store_o_lora_stream(const ArgsA &a, const float *D, int n0,
+                                                    long long N) {
+    constexpr int kCg = Cfg::kBN / 32, kQuads = Cfg::kConsumers / 4;
+    const int tid = (int)threadIdx.x, quad = tid / 4, ql = tid % 4;
+    const int items = (int)a.T * kCg;
+    for (int base = 0; base < items; base += kQuads) {      // the same trip count in every lane
+        const int it = base + quad;
+        const bool ok = it < items;
+        const int t = ok ? it / kCg : 0, c0 = (ok ? it % kCg : 0) * 32 + ql * 8;
+        float v[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = round_bf16(D[(c0 + j) * Cfg::kDPitch + t]);
+        unsigned int q[2];
+        const unsigned int sf = fp8::quantize_group<32, 8>(v, q);
+        if (!ok) continue;
+        const long long at = (long long)t * N + n0 + c0;
+        uint4 bf;
+        bf.x = pack_bf16x2(v[0], v[1]), bf.y = pack_bf16x2(v[2], v[3]);
+        bf.z = pack_bf16x2(v[4], v[5]), bf.w = pack_bf16x2(v[6], v[7]);
+        *reinterpret_cast<uint4 *>(a.o_lora + at) = bf;
+        *reinterpret_cast<uint2 *>(a.o_lora_q + at) = make_uint2(q[0], q[1]);
+        if (ql == 0) a.o_lora_sf[(long long)t * (N / 32) + (n0 + c0) / 32] = (unsigned char)sf;
+    }
+}
+
 }  // namespace oproj
 
 // ---- the entry points (the names the kind builders compile) ----------------------------------
@@ -413,6 +474,62 @@ __global__ void __launch_bounds__(oproj::kThreads) output_proj_b_kernel(const op
                                              b.bank + kSplitWord0 + blockIdx.x))
         return;
     store_out(b, acc, m0, n0, kH);
+}
+
+// Kernel A for T <= 16 (kNT = ceil(T / 8)): quantize items as output_proj_a_kernel, then one
+// GEMM CTA per 64-row block of wo_a streaming it once (its W copies start before the quantize
+// items are done). Grid: n_qtiles + 2 kH / 64 CTAs, tickets as above. maps: W = wo_a, A = act_q
+// (all 32768 columns; the CTA's group starts at column g K), sf = wo_a_sf.
+template <int kH, int kG, int kNT>
+__global__ void __launch_bounds__(oproj::StreamCfgA<kH, kG, kNT>::kThreads)
+    output_proj_a_stream_kernel(const oproj::ArgsA a, const __grid_constant__ sgemm::Maps maps) {
+    using namespace oproj;
+    using S = Shape<kH, kG>;
+    using Cfg = StreamCfgA<kH, kG, kNT>;
+    extern __shared__ __align__(128) unsigned char smem[];
+    require_smem<Cfg::kSmemBytes>();
+    const long long item = pdl::claim_ticket(a.bank + kTicketWord);
+    pdl::launch_dependents();
+    if (item < a.n_qtiles) {
+        quantize_item<Cfg::kThreads / 32>(a, item);
+        return;
+    }
+    const int n0 = (int)(item - a.n_qtiles) * Cfg::kBN, g = n0 / S::kR;
+    sgemm::Operands op;
+    op.a = a.act_q + (long long)g * S::kK;
+    op.a_sf = a.act_sf + (long long)g * S::kK / 32;
+    op.lda = kOCols, op.lda_sf = kOCols / 32;
+    op.w = a.wo_a, op.w_sf = a.wo_a_sf, op.ldw = S::kK, op.w_kb = S::kK / 32;
+    op.w_k0 = 0, op.k_len = S::kK, op.T = (int)a.T;
+    op.a_col0 = g * S::kK, op.maps = &maps;
+    sgemm::run<Cfg>(op, n0, smem, [&] { wait_units(a); },
+                    [&](const float *D, int) { store_o_lora_stream<Cfg>(a, D, n0, S::kN); });
+}
+
+// Kernel B for T <= 16: one CTA per 32 rows of wo_b (grid kH / 32), PDL-chained; its W copies
+// start before griddepcontrol.wait (wo_b is not written by kernel A), the o_lora copies after.
+// maps: W = wo_b, A = o_lora_q, sf = wo_b_sf.
+template <int kH, int kG, int kNT>
+__global__ void __launch_bounds__(oproj::StreamCfgB<kH, kNT>::kThreads)
+    output_proj_b_stream_kernel(const oproj::ArgsB b, const __grid_constant__ sgemm::Maps maps) {
+    using namespace oproj;
+    using Cfg = StreamCfgB<kH, kNT>;
+    extern __shared__ __align__(128) unsigned char smem[];
+    require_smem<Cfg::kSmemBytes>();
+    const int n0 = (int)blockIdx.x * Cfg::kBN;
+    sgemm::Operands op;
+    op.a = b.o_lora_q, op.a_sf = b.o_lora_sf, op.lda = 2 * kH, op.lda_sf = 2 * kH / 32;
+    op.w = b.wo_b, op.w_sf = b.wo_b_sf, op.ldw = 2 * kH, op.w_kb = 2 * kH / 32;
+    op.w_k0 = 0, op.k_len = 2 * kH, op.T = (int)b.T;
+    op.a_col0 = 0, op.maps = &maps;
+    sgemm::run<Cfg>(op, n0, smem, [] { pdl::wait(); }, [&](const float *D, int T) {
+        if (blockIdx.x == 0)                      // after the wait: kernel A is complete
+            for (long long i = threadIdx.x; i < b.bank_words; i += Cfg::kConsumers) b.bank[i] = 0u;
+        for (int i = (int)threadIdx.x; i < T * Cfg::kBN; i += Cfg::kConsumers) {
+            const int t = i / Cfg::kBN, r = i % Cfg::kBN;
+            b.out[(long long)t * kH + n0 + r] = __float2bfloat16_rn(D[r * Cfg::kDPitch + t]);
+        }
+    });
 }
 
 }  // namespace dsv4

@@ -1,0 +1,456 @@
+// A weight-streaming block-scaled GEMM for few tokens (sm_90 and later: cp.async.bulk, mbarrier
+// expect_tx; so sm_90a and sm_100a alike): one CTA computes the transposed output tile
+//
+//   D[r][t] = sum_k W[n0 + r, w_k0 + k] * A[t, k]       r < BN, t < T, k < k_len
+//
+// with both operands MXFP8: e4m3 bytes and one ue8m0 scale per 32-wide K group (W's scales in
+// SfAtom order over the whole W, A's row-major [T, k_len / 32]), so that
+//
+//   D[r][t] = sum_g 2^(sw[r,g] - 127) 2^(sa[t,g] - 127) sum_{k in g} w[r,k] a[t,k]   (codes)
+//
+// For T <= 64 the product is a skinny GEMM bound by reading W once, so the CTA streams its BN
+// rows of W through a ring of kStages stages of kKS bytes per row with bulk copies
+// (cp.async.bulk, one per row, completing on the stage's mbarrier), issued by one producer warp,
+// so that several stages (tens of KB per SM) are in flight; the A rows of the same K range ride
+// in the same stage (they are small and L2-resident). kConsumerWarps (8 or 4) consumer warps
+// multiply: kWR row groups x kWK K parts of each stage, the K parts summed at the end in a
+// fixed order (deterministic).
+//
+// The math (exact up to fp32 summation order): e4m3 codes are exact in f16, so each 16-wide K
+// step is one mma.sync.m16n8k16 f16 x f16 -> f32 on the raw codes, converted in registers with
+// cvt.rn.f16x2.e4m3x2 (one instruction per two bytes; no dequantization pass in shared memory).
+// The two k16 steps of a 32-wide group go into a fresh fp32 partial, which is then added to the
+// accumulator times the product of the group's two scales (a power of two). W is the MMA's A
+// operand (16 rows of W), A the B operand (8 tokens), so T rows cost ceil(T / 8) MMA columns.
+//
+// K order inside a 16-wide MMA step: a thread's fragment registers hold bytes 4c..4c+3 of a
+// 16-byte chunk (ldmatrix of byte pairs, c = lane % 4); the f16 pairs (4c, 4c+1) and
+// (4c+2, 4c+3) are used as the MMA's k pairs (2c, 2c+1) and (2c+8, 2c+9) for both operands, so
+// the MMA sums exactly the 16 products of the chunk (a fixed permutation of its k).
+//
+// Shared memory (Cfg::kSmemBytes, 128-byte aligned): kStages stages, each
+//   W rows  [BN][kKS + 16]   (a 16-byte pad per row: conflict-free ldmatrix)
+//   A rows  [kTP][kKS + 16]  (tokens >= T are never written; they only feed discarded columns)
+//   W scales: the kKS / 128 SfAtom blocks (512 bytes each: 128 rows x 4 groups) of the rows' block
+// then the A scale table [kTP][kSfRow] bytes (all of A's k_len / 32 groups, loaded once), then
+// (kMulti) the reduction buffer [kWK][BN][kDPitch] floats, then 2 kStages mbarriers; without
+// kMulti the reduction reuses the ring after the K loop.
+//
+// Use: every thread of the block (at least Cfg::kThreads = kConsumers + 32 threads; warps past
+// the producer warp return at once) calls run_tiles<Cfg>(op, count, tile_n0, smem, ready,
+// epilogue) for the CTA's tiles tile_n0(0..count-1) (the same A and K range; the ring carries
+// over from tile to tile; count > 1 needs Cfg::kMulti, which gives the reduction its own
+// buffer), or run<Cfg>(op, n0, smem, ready, epilogue) for one tile. ready() is called by every
+// lane of the producer warp before its first A copy (the W stream starts before it) and by one
+// consumer thread (then a barrier) before the consumers read the A scales: e.g. a spin on a
+// ready counter, or griddepcontrol.wait. epilogue(i, n0, D, T) (run: epilogue(D, T)) is called
+// by the kConsumers consumer threads (threadIdx.x < kConsumers) with D a shared-memory float
+// tile, D[r * kDPitch + t] (t < T valid); it may use named barrier 1 (kConsumers threads) but not
+// __syncthreads. Requirements: k_len % kKS == 0, k_len / 32 <= kSfRow, w_k0 % 128 == 0, every
+// n0 % BN == 0 (BN divides 128: the rows lie in one SfAtom block), 16-byte aligned a, w, lda,
+// ldw; 4-byte aligned a_sf, lda_sf; 1 <= T <= kTP.
+#pragma once
+
+#include "common/fp8.cuh"
+#include "common/mbarrier.cuh"
+
+namespace mla {
+namespace sgemm {
+
+template <int kBN_, int kNT_, int kKS_, int kStages_, int kWR_, int kSfRow_,
+          int kConsumerWarps_ = 8, bool kMulti_ = false>
+struct Config {
+    static constexpr int kBN = kBN_, kNT = kNT_, kKS = kKS_, kStages = kStages_, kWR = kWR_;
+    static constexpr int kSfRow = kSfRow_;
+    static constexpr bool kMulti = kMulti_;                 // several tiles per CTA (run_tiles)
+    static constexpr int kConsumerWarps = kConsumerWarps_, kWK = kConsumerWarps / kWR;
+    static_assert(kWK * kWR == kConsumerWarps, "warps = row groups x K parts");
+    static constexpr int kConsumers = kConsumerWarps * 32;
+    static constexpr int kThreads = kConsumers + 32;        // + one producer warp (at least)
+    static constexpr int kTP = 8 * kNT;                     // token rows of a stage
+    static constexpr int kGroups = kKS / 32, kAtoms = kKS / 128;
+    static constexpr int kWarpGroups = kGroups / kWK;       // 32-wide groups per warp and stage
+    static constexpr int kWarpRows = kBN / kWR, kRT = kWarpRows / 16;
+    static_assert(kKS % 128 == 0 && kGroups % kWK == 0, "whole groups per warp");
+    static_assert(kBN % (16 * kWR) == 0 && 128 % kBN == 0, "16-row tiles inside one SfAtom block");
+    static_assert(kSfRow % 4 == 0, "scale rows of whole words");
+    // A stage: kAtoms TMA boxes of W [BN][128 B], kAtoms boxes of A [kTP][128 B] (both 128-byte
+    // swizzled: 16-byte chunk c of row r at chunk c ^ (r % 8)), then the kAtoms SfAtom blocks of
+    // 512 B; padded to 1024 B (the swizzle atom).
+    static constexpr int kWBox = kBN * 128, kABox = kTP * 128;
+    static constexpr int kWBytes = kAtoms * kWBox, kABytes = kAtoms * kABox, kWSfBytes = kAtoms * 512;
+    static constexpr int kStageBytes = (kWBytes + kABytes + kWSfBytes + 1023) / 1024 * 1024;
+    static constexpr int kRingBytes = kStages * kStageBytes;
+    static constexpr int kDPitch = kTP + 1;
+    static constexpr int kRedBytes = kWK * kBN * kDPitch * 4;
+    static_assert(kMulti || kRedBytes <= kRingBytes, "the reduction fits the ring");
+    static constexpr int kTableBytes = kTP * kSfRow;
+    // With several tiles the reduction has its own buffer (the ring holds the next tile's data).
+    static constexpr int kRedOffset = kMulti ? kRingBytes + kTableBytes : 0;
+    static constexpr int kBarOffset = kRingBytes + kTableBytes + (kMulti ? kRedBytes : 0);
+    // + 1024: the base is aligned up to 1024 B inside run_tiles.
+    static constexpr int kSmemBytes = kBarOffset + 2 * kStages * 8 + 1024;
+};
+
+// The three TMA descriptors of a stream GEMM (CUtensorMap, 128 bytes each), a kernel parameter
+// (__grid_constant__) built by the host (runtime/dsv4_tma.c):
+//   w   uint8 2-D {W columns, N rows}, row stride ldw, box {128, BN}, 128-byte swizzle
+//   a   uint8 2-D {A columns, T rows}, row stride lda, box {128, kTP}, 128-byte swizzle (rows >= T
+//       read as zeros)
+//   sf  uint32 2-D {128, N / 128 * K-atoms} (the SfAtom blocks of 512 B), box {128, kAtoms}
+struct alignas(64) TmaMap {
+    unsigned char bytes[128];
+};
+struct alignas(64) Maps {
+    TmaMap w, a, sf;
+};
+
+struct Operands {
+    const unsigned char *a;      // A row t at a + t * lda (its K range)
+    const unsigned char *a_sf;   // A's scales: group j of row t at a_sf[t * lda_sf + j]
+    long long lda, lda_sf;
+    const unsigned char *w;      // W row n at w + n * ldw, K range from column w_k0
+    const unsigned char *w_sf;   // SfAtom over the whole W
+    long long ldw;
+    int w_kb;                    // W's K / 32
+    int w_k0, k_len, T;
+    int a_col0;                  // A's first column in the a map (its K range starts there)
+    const Maps *maps;            // the TMA descriptors (address of a __grid_constant__ parameter)
+};
+
+__device__ __forceinline__ unsigned smem_u32(const void *p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+// cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes: bytes (a multiple of 16,
+// 16-byte aligned ends) from global src to shared dst, completing on bar.
+__device__ __forceinline__ void bulk_copy(unsigned dst, const void *src, unsigned bytes,
+                                          unsigned bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+        ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
+        : "memory");
+}
+
+// cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes: the box at
+// (c0, c1) of the tensor map to dst, completing on bar.
+__device__ __forceinline__ void tma_2d(unsigned dst, const TmaMap *map, int c0, int c1,
+                                       unsigned bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+        "l"(map), "r"(c0), "r"(c1), "r"(bar)
+        : "memory");
+}
+
+// mbarrier.arrive.shared::cta.b64 (one arrival, no tx).
+__device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// fence.proxy.async.global: generic-proxy global writes this thread has observed (another CTA's,
+// through an acquire) become visible to the bulk copies it issues next.
+__device__ __forceinline__ void fence_proxy_async_global() {
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
+// ldmatrix .x4 / .x2 of b16 (here: byte pairs).
+__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x2(unsigned (&r)[2], unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(addr));
+}
+
+// Four e4m3 bytes -> two f16x2 words (bytes 0, 1 -> lo; 2, 3 -> hi; the low byte in the low half).
+__device__ __forceinline__ void e4m3x4_to_f16x2x2(unsigned w, unsigned &lo, unsigned &hi) {
+    asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l;\n"
+        "cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+        : "=r"(lo), "=r"(hi)
+        : "r"(w));
+}
+
+// d = a b (+ c): mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32.
+// (Not volatile: pure register operations the compiler may schedule; the ldmatrix loads stay
+// volatile, so they keep their order after the stage's mbarrier wait.)
+__device__ __forceinline__ void mma_f16_zero(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                             unsigned b1) {
+    asm(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f));
+}
+__device__ __forceinline__ void mma_f16(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                        unsigned b1) {
+    asm(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <class Cfg>
+struct Smem {
+    unsigned char *base;
+    __device__ __forceinline__ unsigned char *w(int s) const { return base + s * Cfg::kStageBytes; }
+    __device__ __forceinline__ unsigned char *a(int s) const { return w(s) + Cfg::kWBytes; }
+    __device__ __forceinline__ unsigned char *wsf(int s) const { return a(s) + Cfg::kABytes; }
+    __device__ __forceinline__ unsigned char *table() const { return base + Cfg::kRingBytes; }
+    __device__ __forceinline__ unsigned full(int s) const {
+        return smem_u32(base + Cfg::kBarOffset + 8 * s);
+    }
+    __device__ __forceinline__ unsigned empty(int s) const {
+        return smem_u32(base + Cfg::kBarOffset + 8 * (Cfg::kStages + s));
+    }
+};
+
+// The producer warp: the copies of every (tile, K-step) in order (flat step f = tile * steps +
+// K-step, stage f % kStages), W first (the first kStages steps' W before ready()), then A.
+template <class Cfg, class TileN, class Ready>
+__device__ __forceinline__ void produce(const Operands &op, int count, TileN tile_n0,
+                                        const Smem<Cfg> &sm, Ready ready) {
+    const int lane = (int)(threadIdx.x % 32);
+    const int steps = op.k_len / Cfg::kKS, total = count * steps;
+    // Whole boxes count, their rows past T (read as zeros) included.
+    const unsigned bytes = Cfg::kWBytes + Cfg::kABytes + Cfg::kWSfBytes;
+    const long long atoms_per_block = (op.w_kb + 3) / 4;    // SfAtom: K-atoms per 128-row block
+    auto issue_w = [&](int f) {
+        const int s = f % Cfg::kStages, n0 = tile_n0(f / steps);
+        if (lane == 0) {
+            mbarrier_arrive_expect_tx(sm.full(s), bytes);
+            const int k = op.w_k0 + (f % steps) * Cfg::kKS;
+            for (int at = 0; at < Cfg::kAtoms; ++at)
+                tma_2d(smem_u32(sm.w(s) + at * Cfg::kWBox), &op.maps->w, k + 128 * at, n0,
+                       sm.full(s));
+            // The SfAtom blocks (128 rows x 4 groups, 512 B) of the tile's rows, K-atoms k / 128..
+            tma_2d(smem_u32(sm.wsf(s)), &op.maps->sf, 0, (int)((n0 / 128) * atoms_per_block + k / 128),
+                   sm.full(s));
+        }
+    };
+    auto issue_a = [&](int f) {
+        const int s = f % Cfg::kStages;
+        if (lane == 0) {
+            const int k = op.a_col0 + (f % steps) * Cfg::kKS;
+            for (int at = 0; at < Cfg::kAtoms; ++at)
+                tma_2d(smem_u32(sm.a(s) + at * Cfg::kABox), &op.maps->a, k + 128 * at, 0,
+                       sm.full(s));
+        }
+    };
+    const int pre = total < Cfg::kStages ? total : Cfg::kStages;
+    for (int f = 0; f < pre; ++f) issue_w(f);
+    ready();                                            // every lane (lane 0 issues the copies)
+    __syncwarp();
+    fence_proxy_async_global();
+    for (int f = 0; f < pre; ++f) issue_a(f);
+    for (int f = pre; f < total; ++f) {
+        mbarrier_wait_parity(sm.empty(f % Cfg::kStages), (unsigned)((f / Cfg::kStages - 1) & 1));
+        issue_w(f);
+        issue_a(f);
+    }
+}
+
+// 2^(b - 127) for byte `byte` (0..3) of a word of ue8m0 scales: the byte moved to the exponent
+// field (prmt + shift). Exact for 1 <= b <= 254; b = 0 gives 0 (not 2^-127) and b = 255 gives
+// +inf (not NaN), which real MXFP8 data does not hold (quantizer scales are clamped to
+// [-127, 127] + 127, and a scale of 2^-127 scales values below 2^-118).
+__device__ __forceinline__ float ue8m0_of(unsigned word, int byte) {
+    return __uint_as_float(__byte_perm(word, 0u, 0x0444u | ((unsigned)byte << 12)) >> 1);
+}
+
+// One consumer warp over all K-steps: acc[i][j] is its 16-row tile i x 8-token tile j.
+// f0: the flat step of the tile's first K-step.
+template <class Cfg>
+__device__ __forceinline__ void consume(const Operands &op, int n0, int f0, const Smem<Cfg> &sm,
+                                        float (&acc)[Cfg::kRT][Cfg::kNT][4]) {
+    const int warp = (int)(threadIdx.x / 32), lane = (int)(threadIdx.x % 32);
+    const int wr = warp % Cfg::kWR, wk = warp / Cfg::kWR;
+    const int steps = op.k_len / Cfg::kKS;
+    const int q = lane / 8, lr = lane % 8, c = lane % 4, gr = lane / 4;
+    const unsigned char *table = sm.table();
+#pragma unroll
+    for (int i = 0; i < Cfg::kRT; ++i)
+#pragma unroll
+        for (int j = 0; j < Cfg::kNT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+    // The fragments of one 32-wide group: W rows (kRT tiles of 16), tokens (kNT tiles of 8),
+    // the words of scales of the thread's two W rows and two tokens per tile.
+    struct Frag {
+        unsigned w[Cfg::kRT][4], a[Cfg::kNT][2], sw[Cfg::kRT][2], sa[Cfg::kNT][2];
+    };
+    const unsigned tbase = smem_u32(table);
+    for (int ks = 0; ks < steps; ++ks) {
+        const int f = f0 + ks, s = f % Cfg::kStages;
+        mbarrier_wait_parity(sm.full(s), (unsigned)((f / Cfg::kStages) & 1));
+        const unsigned wbase = smem_u32(sm.w(s)), abase = smem_u32(sm.a(s));
+        const unsigned sfbase = smem_u32(sm.wsf(s));
+        // Loads of group gi of this warp (chunks 2 (g % 4), 2 (g % 4) + 1 of the 128-byte rows of
+        // box g / 4, swizzled; lanes 0..15 address the .x2 loads).
+        auto load = [&](int gi, Frag &fr) {
+            const int g = wk * Cfg::kWarpGroups + gi, gg = g % 4;
+            const int kg = ks * Cfg::kGroups + g;              // group in A's K range
+#pragma unroll
+            for (int j = 0; j < Cfg::kNT; ++j) {
+                ldsm_x2(fr.a[j], abase + (g / 4) * Cfg::kABox + (8 * j + lr) * 128 +
+                                     (((2 * gg + (q & 1)) ^ lr) * 16));
+                const unsigned t0 = tbase + (8 * j + 2 * c) * Cfg::kSfRow + (kg & ~3);
+                asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(fr.sa[j][0]) : "r"(t0));
+                asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(fr.sa[j][1]) : "r"(t0 + Cfg::kSfRow));
+            }
+#pragma unroll
+            for (int i = 0; i < Cfg::kRT; ++i) {
+                const int row0 = wr * Cfg::kWarpRows + 16 * i;
+                ldsm_x4(fr.w[i], wbase + (g / 4) * Cfg::kWBox + (row0 + lr + 8 * (q & 1)) * 128 +
+                                     (((2 * gg + q / 2) ^ lr) * 16));
+                // SfAtom: row n of the 128-row block has its K-atom's four scales in the word at
+                // (n % 32) * 16 + ((n % 128) / 32) * 4 of the atom's 512-byte block.
+                const int n_a = n0 % 128 + row0 + gr, n_b = n_a + 8;
+                const unsigned blk = sfbase + (g / 4) * 512;
+                asm volatile("ld.shared.u32 %0, [%1];\n"
+                             : "=r"(fr.sw[i][0]) : "r"(blk + (n_a % 32) * 16 + (n_a / 32) * 4));
+                asm volatile("ld.shared.u32 %0, [%1];\n"
+                             : "=r"(fr.sw[i][1]) : "r"(blk + (n_b % 32) * 16 + (n_b / 32) * 4));
+            }
+        };
+        auto compute = [&](int gi, const Frag &fr) {
+            const int g = wk * Cfg::kWarpGroups + gi, gg = g % 4;
+            const int kg = ks * Cfg::kGroups + g;
+            unsigned b[Cfg::kNT][4];
+            float sa[Cfg::kNT][2];
+#pragma unroll
+            for (int j = 0; j < Cfg::kNT; ++j) {
+                e4m3x4_to_f16x2x2(fr.a[j][0], b[j][0], b[j][1]);
+                e4m3x4_to_f16x2x2(fr.a[j][1], b[j][2], b[j][3]);
+                sa[j][0] = ue8m0_of(fr.sa[j][0], kg & 3);
+                sa[j][1] = ue8m0_of(fr.sa[j][1], kg & 3);
+            }
+#pragma unroll
+            for (int i = 0; i < Cfg::kRT; ++i) {
+                unsigned a0[4], a1[4];
+                e4m3x4_to_f16x2x2(fr.w[i][0], a0[0], a0[2]);
+                e4m3x4_to_f16x2x2(fr.w[i][1], a0[1], a0[3]);
+                e4m3x4_to_f16x2x2(fr.w[i][2], a1[0], a1[2]);
+                e4m3x4_to_f16x2x2(fr.w[i][3], a1[1], a1[3]);
+                const float sw0 = ue8m0_of(fr.sw[i][0], gg), sw1 = ue8m0_of(fr.sw[i][1], gg);
+#pragma unroll
+                for (int j = 0; j < Cfg::kNT; ++j) {
+                    float p[4];
+                    mma_f16_zero(p, a0, b[j][0], b[j][1]);
+                    mma_f16(p, a1, b[j][2], b[j][3]);
+                    acc[i][j][0] = fmaf(p[0], sw0 * sa[j][0], acc[i][j][0]);
+                    acc[i][j][1] = fmaf(p[1], sw0 * sa[j][1], acc[i][j][1]);
+                    acc[i][j][2] = fmaf(p[2], sw1 * sa[j][0], acc[i][j][2]);
+                    acc[i][j][3] = fmaf(p[3], sw1 * sa[j][1], acc[i][j][3]);
+                }
+            }
+        };
+        // Software pipeline over the warp's groups: group gi + 1's loads before group gi's math.
+        Frag fr[2];
+        load(0, fr[0]);
+#pragma unroll
+        for (int gi = 0; gi < Cfg::kWarpGroups; ++gi) {
+            if (gi + 1 < Cfg::kWarpGroups) load(gi + 1, fr[(gi + 1) % 2]);
+            compute(gi, fr[gi % 2]);
+        }
+        __syncwarp();
+        if (lane == 0) mbarrier_arrive(sm.empty(s));
+    }
+}
+
+// The tiles tile_n0(0), ..., tile_n0(count - 1) of this CTA (W rows n0 .. n0 + BN - 1 each,
+// the same A and K range) through one ring: the next tile's copies are in flight while the
+// current one is reduced and handed to epilogue(i, n0, D, T). count > 1 needs Cfg::kMulti. All
+// threads of the block call it (at least Cfg::kThreads; warps past the producer return at once).
+template <class Cfg, class TileN, class Ready, class Epilogue>
+__device__ __forceinline__ void run_tiles(const Operands &op, int count, TileN tile_n0,
+                                          unsigned char *smem_in, Ready ready, Epilogue epilogue) {
+    unsigned char *smem = smem_in + ((1024u - (smem_u32(smem_in) & 1023u)) & 1023u);
+    const Smem<Cfg> sm{smem};
+    const int tid = (int)threadIdx.x;
+    if (!Cfg::kMulti && count > 1) __trap();
+    if (tid == 0) {
+        for (int s = 0; s < Cfg::kStages; ++s) {
+            mbarrier_init(sm.full(s), 1);
+            mbarrier_init(sm.empty(s), Cfg::kConsumerWarps);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (tid >= Cfg::kConsumers + 32) return;            // idle warps of a larger block
+    if (tid >= Cfg::kConsumers) {                       // the producer warp
+        if (count > 0) produce<Cfg>(op, count, tile_n0, sm, ready);
+        return;
+    }
+    if (count <= 0) return;
+    // The A scale table: rows t < T from global (written by other CTAs or an earlier kernel,
+    // after ready()), rows T..kTP-1 zero.
+    if (tid == 0) ready();
+    named_barrier_sync(1, Cfg::kConsumers);
+    const int words = op.k_len / 32 / 4;                // k_len / 32 is a multiple of 4
+    for (int i = tid; i < Cfg::kTP * (Cfg::kSfRow / 4); i += Cfg::kConsumers) {
+        const int t = i / (Cfg::kSfRow / 4), wd = i % (Cfg::kSfRow / 4);
+        unsigned v = 0u;
+        if (t < op.T && wd < words)
+            v = __ldcg(reinterpret_cast<const unsigned int *>(op.a_sf + t * op.lda_sf) + wd);
+        reinterpret_cast<unsigned int *>(sm.table())[i] = v;
+    }
+    named_barrier_sync(1, Cfg::kConsumers);
+    float *red = reinterpret_cast<float *>(smem + Cfg::kRedOffset);
+    const int steps = op.k_len / Cfg::kKS;
+    const int warp = tid / 32, lane = tid % 32;
+    const int wr = warp % Cfg::kWR, wk = warp / Cfg::kWR;
+    for (int i = 0; i < count; ++i) {
+        const int n0 = tile_n0(i);
+        float acc[Cfg::kRT][Cfg::kNT][4];
+        consume<Cfg>(op, n0, i * steps, sm, acc);
+        // red[wk][r][t], summed over wk in order 0, 1, ... into red[0]. The first barrier: every
+        // consumer is past the previous epilogue (and, with one tile, done with the ring).
+        named_barrier_sync(1, Cfg::kConsumers);
+        float *mine = red + wk * Cfg::kBN * Cfg::kDPitch;
+#pragma unroll
+        for (int it = 0; it < Cfg::kRT; ++it)
+#pragma unroll
+            for (int j = 0; j < Cfg::kNT; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int r = wr * Cfg::kWarpRows + 16 * it + lane / 4 + 8 * (e / 2);
+                    const int t = 8 * j + 2 * (lane % 4) + e % 2;
+                    mine[r * Cfg::kDPitch + t] = acc[it][j][e];
+                }
+        named_barrier_sync(1, Cfg::kConsumers);
+        if (Cfg::kWK > 1) {
+            for (int x = tid; x < Cfg::kBN * Cfg::kDPitch; x += Cfg::kConsumers) {
+                float v = red[x];
+#pragma unroll
+                for (int w = 1; w < Cfg::kWK; ++w) v += red[w * Cfg::kBN * Cfg::kDPitch + x];
+                red[x] = v;
+            }
+            named_barrier_sync(1, Cfg::kConsumers);
+        }
+        epilogue(i, n0, static_cast<const float *>(red), op.T);
+    }
+    // Every copy has landed and every wait is done: the barriers' memory may be reused.
+    named_barrier_sync(1, Cfg::kConsumers);
+    if (tid == 0)
+        for (int s = 0; s < 2 * Cfg::kStages; ++s)
+            asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(
+                             smem_u32(smem + Cfg::kBarOffset + 8 * s))
+                         : "memory");
+}
+
+// One tile (rows n0 ..): run_tiles with count 1; epilogue(D, T).
+template <class Cfg, class Ready, class Epilogue>
+__device__ __forceinline__ void run(const Operands &op, int n0, unsigned char *smem, Ready ready,
+                                    Epilogue epilogue) {
+    run_tiles<Cfg>(
+        op, 1, [n0](int) { return n0; }, smem, ready,
+        [&](int, int, const float *D, int T) { epilogue(D, T); });
+}
+
+}  // namespace sgemm
+}  // namespace mla

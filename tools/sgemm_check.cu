@@ -1,0 +1,145 @@
+// Developer check of kernel_src/common/stream_gemm.cuh outside the library (not built by CMake):
+// random MXFP8 operands against a float64 CPU product (error <= 1e-5 of the sum of |terms|), then
+// the time of each configuration over 4 rotating 32 MB weight copies (cold L2). Build and run:
+//   nvcc -O3 -std=c++17 -arch=sm_90a -Ikernel_src -o sgemm_check tools/sgemm_check.cu -lcuda
+//   ./sgemm_check [case index]
+#include <cstdio>
+#include <cstdlib>
+#include <cmath>
+#include <vector>
+#include <cuda_runtime.h>
+#include <cuda.h>
+#include "common/stream_gemm.cuh"
+using namespace mla;
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("CUDA %s at %d: %s\n", #x, __LINE__, cudaGetErrorString(e_)); exit(1);} } while (0)
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads) k_test(sgemm::Operands op, float *out, int N, const __grid_constant__ sgemm::Maps maps) {
+    op.maps = &maps;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const int n0 = blockIdx.x * Cfg::kBN;
+    sgemm::run<Cfg>(op, n0, smem, [] {}, [&](const float *D, int T) {
+        for (int i = threadIdx.x; i < T * Cfg::kBN; i += Cfg::kConsumers) {
+            const int t = i / Cfg::kBN, r = i % Cfg::kBN;
+            out[(long long)t * N + n0 + r] = D[r * Cfg::kDPitch + t];
+        }
+    });
+}
+
+// The attention's phase-3 use: a 256-thread block, 4 consumer warps, tiles blockIdx.x + i * grid.
+template <class Cfg>
+__global__ void __launch_bounds__(256) k_multi(sgemm::Operands op, float *out, int N, const __grid_constant__ sgemm::Maps maps) {
+    op.maps = &maps;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const int tiles = N / Cfg::kBN;
+    const int count = (int)blockIdx.x < tiles ? (tiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
+    sgemm::run_tiles<Cfg>(op, count, [](int i) { return ((int)blockIdx.x + i * (int)gridDim.x) * Cfg::kBN; }, smem, [] {},
+        [&](int, int n0, const float *D, int T) {
+            for (int i = threadIdx.x; i < T * Cfg::kBN; i += Cfg::kConsumers) {
+                const int t = i / Cfg::kBN, r = i % Cfg::kBN;
+                out[(long long)t * N + n0 + r] = D[r * Cfg::kDPitch + t];
+            }
+        });
+    __syncthreads();
+}
+
+static void enc(CUtensorMap *m, CUtensorMapDataType ty, void *p, cuuint64_t cols, cuuint64_t rows, cuuint64_t stride, cuuint32_t bc, cuuint32_t br, CUtensorMapSwizzle sw) {
+    cuuint64_t dim[2] = {cols, rows}; cuuint64_t st[1] = {stride}; cuuint32_t box[2] = {bc, br}, es[2] = {1, 1};
+    CUresult r = cuTensorMapEncodeTiled(m, ty, 2, p, dim, st, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) { printf("encode failed %d\n", (int)r); exit(1); }
+}
+template <class Cfg>
+static void make_maps(sgemm::Maps *m, void *w, int N, int K, void *a, int T, void *wsf) {
+    enc((CUtensorMap *)&m->w, CU_TENSOR_MAP_DATA_TYPE_UINT8, w, K, N, K, 128, Cfg::kBN, CU_TENSOR_MAP_SWIZZLE_128B);
+    enc((CUtensorMap *)&m->a, CU_TENSOR_MAP_DATA_TYPE_UINT8, a, K, T, K, 128, Cfg::kTP, CU_TENSOR_MAP_SWIZZLE_128B);
+    enc((CUtensorMap *)&m->sf, CU_TENSOR_MAP_DATA_TYPE_UINT32, wsf, 128, (N / 128) * ((K / 32 + 3) / 4), 512, 128, Cfg::kAtoms, CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
+static double e4m3(unsigned b) {
+    int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
+    double v = e == 0 ? m / 8.0 * ldexp(1.0, -6) : (1 + m / 8.0) * ldexp(1.0, e - 7);
+    return s ? -v : v;
+}
+static long long sfatom(long long n, long long kb, long long KB) {
+    long long ka = (KB + 3) / 4;
+    return ((n / 128) * ka + kb / 4) * 512 + (n % 32) * 16 + ((n % 128) / 32) * 4 + kb % 4;
+}
+static unsigned rnd() { static unsigned long long x = 88172645463325252ull; x ^= x << 13; x ^= x >> 7; x ^= x << 17; return (unsigned)x; }
+static unsigned char rb() { unsigned b; do b = rnd() & 0xff; while ((b & 0x7f) == 0x7f); return (unsigned char)b; }
+
+template <class Cfg, bool kMultiK = false>
+static void run_case(const char *name, int N, int K, int T) {
+    const int nbuf = 4;
+    size_t wbytes = (size_t)N * K, sfbytes = (size_t)(N / 128) * ((K / 32 + 3) / 4) * 512;
+    std::vector<unsigned char> w(wbytes), wsf(sfbytes), a((size_t)T * K), asf((size_t)T * K / 32);
+    for (auto &x : w) x = rb();
+    for (auto &x : wsf) x = (unsigned char)(120 + rnd() % 12);
+    for (auto &x : a) x = rb();
+    for (auto &x : asf) x = (unsigned char)(120 + rnd() % 12);
+    unsigned char *dw, *dwsf, *da, *dasf; float *dout;
+    CK(cudaMalloc(&dw, wbytes * nbuf)); CK(cudaMalloc(&dwsf, sfbytes * nbuf));
+    CK(cudaMalloc(&da, a.size())); CK(cudaMalloc(&dasf, asf.size())); CK(cudaMalloc(&dout, (size_t)T * N * 4));
+    for (int b = 0; b < nbuf; ++b) { CK(cudaMemcpy(dw + b * wbytes, w.data(), wbytes, cudaMemcpyHostToDevice)); CK(cudaMemcpy(dwsf + b * sfbytes, wsf.data(), sfbytes, cudaMemcpyHostToDevice)); }
+    CK(cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice)); CK(cudaMemcpy(dasf, asf.data(), asf.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemset(dout, 0xff, (size_t)T * N * 4));
+    sgemm::Operands op;
+    op.a = da; op.a_sf = dasf; op.lda = K; op.lda_sf = K / 32; op.w = dw; op.w_sf = dwsf; op.ldw = K;
+    op.w_kb = K / 32; op.w_k0 = 0; op.k_len = K; op.T = T; op.a_col0 = 0; op.maps = nullptr;
+    std::vector<sgemm::Maps> maps(nbuf);
+    for (int b = 0; b < nbuf; ++b) make_maps<Cfg>(&maps[b], dw + b * wbytes, N, K, da, T, dwsf + b * sfbytes);
+    auto kern = kMultiK ? k_multi<Cfg> : k_test<Cfg>;
+    const int grid = kMultiK ? 132 : N / Cfg::kBN, block = kMultiK ? 256 : Cfg::kThreads;
+    CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+    kern<<<grid, block, Cfg::kSmemBytes>>>(op, dout, N, maps[0]);
+    CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
+    std::vector<float> out((size_t)T * N);
+    CK(cudaMemcpy(out.data(), dout, out.size() * 4, cudaMemcpyDeviceToHost));
+    double maxerr = 0, maxref = 0; int bad = 0;
+    const int stride = T > 8 ? 29 : 7;
+    for (int t = 0; t < T; ++t)
+        for (int n = t % stride; n < N; n += (n % 97 == 0 ? 1 : stride)) {
+            double ref = 0, refabs = 0;
+            for (int k = 0; k < K; ++k) {
+                double sw = ldexp(1.0, (int)wsf[sfatom(n, k / 32, K / 32)] - 127);
+                double sa = ldexp(1.0, (int)asf[(size_t)t * (K / 32) + k / 32] - 127);
+                double term = e4m3(w[(size_t)n * K + k]) * sw * e4m3(a[(size_t)t * K + k]) * sa;
+                ref += term, refabs += fabs(term);
+            }
+            double got = out[(size_t)t * N + n];
+            if (!(fabs(got - ref) <= 1e-5 * refabs)) ++bad;
+            maxerr = fmax(maxerr, fabs(got - ref)); maxref = fmax(maxref, fabs(ref));
+        }
+    cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+    const int iters = 40;
+    for (int i = 0; i < 4; ++i) { op.w = dw + (i % nbuf) * wbytes; op.w_sf = dwsf + (i % nbuf) * sfbytes; kern<<<grid, block, Cfg::kSmemBytes>>>(op, dout, N, maps[i % nbuf]); }
+    CK(cudaEventRecord(e0));
+    for (int i = 0; i < iters; ++i) { op.w = dw + (i % nbuf) * wbytes; op.w_sf = dwsf + (i % nbuf) * sfbytes; kern<<<grid, block, Cfg::kSmemBytes>>>(op, dout, N, maps[i % nbuf]); }
+    CK(cudaEventRecord(e1)); CK(cudaEventSynchronize(e1));
+    float ms; CK(cudaEventElapsedTime(&ms, e0, e1));
+    double us = ms * 1000 / iters;
+    printf("%-28s N %5d K %5d T %2d smem %6d grid %4d: %s (bad %d, max err %.3g of max |ref| %.3g)  %.2f us  %.2f TB/s (W + scales)\n",
+           name, N, K, T, Cfg::kSmemBytes, N / Cfg::kBN, bad ? "FAIL" : "ok", bad, maxerr, maxref, us,
+           (wbytes + sfbytes) / us * 1e-6);
+    (void)grid;
+    fflush(stdout);
+    cudaFree(dw); cudaFree(dwsf); cudaFree(da); cudaFree(dasf); cudaFree(dout);
+}
+
+int main(int argc, char **argv) {
+    const int only = argc > 1 ? atoi(argv[1]) : -1;
+    int idx = 0;
+#define CASE(...) if (only < 0 || only == idx) __VA_ARGS__; ++idx
+    // out-proj B shape: N 4096, K 8192
+    CASE(run_case<sgemm::Config<32, 1, 512, 5, 1, 256>>("B bn32 nt1 ks512 st5 wr1", 4096, 8192, 1));
+    CASE(run_case<sgemm::Config<32, 1, 512, 5, 2, 256>>("B bn32 nt1 ks512 st5 wr2", 4096, 8192, 1));
+    CASE(run_case<sgemm::Config<32, 2, 512, 4, 1, 256>>("B bn32 nt2 ks512 st4 wr1", 4096, 8192, 13));
+    CASE(run_case<sgemm::Config<32, 8, 256, 4, 2, 256>>("B bn32 nt8 ks256 st4 wr2", 4096, 8192, 50));
+    CASE(run_case<sgemm::Config<64, 1, 256, 5, 1, 128>>("A bn64 nt1 ks256 st5 wr1", 8192, 4096, 1));
+    CASE(run_case<sgemm::Config<64, 1, 256, 5, 2, 128>>("A bn64 nt1 ks256 st5 wr2", 8192, 4096, 1));
+    CASE(run_case<sgemm::Config<64, 2, 256, 5, 1, 128>>("A bn64 nt2 ks256 st5 wr1", 8192, 4096, 16));
+    CASE(run_case<sgemm::Config<64, 8, 256, 3, 4, 128>>("A bn64 nt8 ks256 st3 wr4", 8192, 4096, 64));
+    CASE((run_case<sgemm::Config<128, 1, 256, 4, 2, 32, 4, true>, true>("Q bn128 nt1 st4 multi wr2", 32768, 1024, 1)));
+    CASE((run_case<sgemm::Config<128, 1, 256, 4, 1, 32, 4, true>, true>("Q bn128 nt1 st4 multi wr1", 32768, 1024, 1)));
+    CASE((run_case<sgemm::Config<128, 2, 256, 3, 2, 32, 4, true>, true>("Q bn128 nt2 st3 multi wr2", 32768, 1024, 16)));
+    return 0;
+}
