@@ -26,15 +26,27 @@ mla_status mla__flashmla_sparse_decode_sm90_build(const struct mla__spec *spec, 
                                                   size_t size, struct mla__launch_info *launch);
 mla_status mla__flashmla_sparse_prefill_sm90_build(const struct mla__spec *spec, char *name_expr,
                                                    size_t size, struct mla__launch_info *launch);
+/* "flashmla_sparse_decode_sm90pp", "flashmla_sparse_prefill_sm90ws" (no params): the other
+ * structure of each (two-warpgroup ping-pong, MLA__FLASHMLA_SPARSE_THREADS; warp-specialized,
+ * MLA__FLASHMLA_SPARSE_WS_THREADS), chosen by $MLAJIT_FLASHMLA_SPARSE_SM90 for comparisons.
+ * "flashmla_sparse_decode_sm90" is the warp-specialized kernel, "flashmla_sparse_prefill_sm90"
+ * the ping-pong one. */
+mla_status mla__flashmla_sparse_decode_sm90pp_build(const struct mla__spec *spec,
+                                                    char *name_expr, size_t size,
+                                                    struct mla__launch_info *launch);
+mla_status mla__flashmla_sparse_prefill_sm90ws_build(const struct mla__spec *spec,
+                                                     char *name_expr, size_t size,
+                                                     struct mla__launch_info *launch);
 /* The kind a sparse call on arch runs: the sm_90a wgmma kind on sm_90a (the prefill for d_qk 576
  * only) unless force is "portable" (the runtime's $MLAJIT_FLASHMLA_DECODE choice, read at
- * mla_runtime_create; may be NULL), else the portable kind. prefill: 0 decode, 1 prefill. */
+ * mla_runtime_create; may be NULL), else the portable kind; force "pingpong" (decode) or "ws"
+ * (prefill) picks the other sm_90a structure. prefill: 0 decode, 1 prefill. */
 const char *mla__flashmla_sparse_kind(const char *arch, int prefill, int d_qk, const char *force);
 /* The builder of a kind without parameters: checks that spec has none (note is added to the
- * message, "" or " (why)"), names kernel (a non-template name expression) and sets the launch
- * (MLA__FLASHMLA_SPARSE_THREADS, dynamic_smem bytes, no cluster). */
+ * message, "" or " (why)"), names kernel (a name expression) and sets the launch (threads,
+ * dynamic_smem bytes, no cluster). */
 mla_status mla__flashmla_sparse_build_fixed(const struct mla__spec *spec, const char *note,
-                                            const char *kernel, int dynamic_smem,
+                                            const char *kernel, int threads, int dynamic_smem,
                                             char *name_expr, size_t size,
                                             struct mla__launch_info *launch);
 
@@ -62,6 +74,7 @@ mla_status mla__flashmla_sparse_launch(mla_runtime *rt, const mla__spec *spec, u
                                        int h_q, int flat, CUstream stream, void *params);
 
 #define MLA__FLASHMLA_SPARSE_THREADS 256
+#define MLA__FLASHMLA_SPARSE_WS_THREADS 384      /* sparse_ws_sm90.cuh kThreadsWs */
 #define MLA__FLASHMLA_SPARSE_BLOCK_M 64            /* heads per CTA */
 #define MLA__FLASHMLA_SPARSE_DECODE_SMEM 198656    /* sparse_decode.cu kDecSmemBytes */
 #define MLA__FLASHMLA_SPARSE_PREFILL_SMEM_576 230400 /* sparse_prefill.cu PrefillSmem<576> */

@@ -11,12 +11,16 @@ const char *mla__flashmla_sparse_kind(const char *arch, int prefill, int d_qk, c
     int portable = force && !strcmp(force, "portable");
     const char *sm90 = prefill ? "flashmla_sparse_prefill_sm90" : "flashmla_sparse_decode_sm90";
     const mla__kernel_kind *kind = mla__kernel_kind_find(sm90);
-    if (!portable && !strcmp(arch, kind->only_arch) && (!prefill || d_qk == 576)) return sm90;
+    if (!portable && !strcmp(arch, kind->only_arch) && (!prefill || d_qk == 576)) {
+        if (!prefill && force && !strcmp(force, "pingpong")) return "flashmla_sparse_decode_sm90pp";
+        if (prefill && force && !strcmp(force, "ws")) return "flashmla_sparse_prefill_sm90ws";
+        return sm90;
+    }
     return prefill ? "flashmla_sparse_prefill" : "flashmla_sparse_decode";
 }
 
 mla_status mla__flashmla_sparse_build_fixed(const mla__spec *spec, const char *note,
-                                            const char *kernel, int dynamic_smem,
+                                            const char *kernel, int threads, int dynamic_smem,
                                             char *name_expr, size_t size,
                                             mla__launch_info *launch) {
     MLA_ARG_CHECK(spec->n_params == 0, "%s: expected no parameters%s, got %d (first: %s)",
@@ -24,7 +28,7 @@ mla_status mla__flashmla_sparse_build_fixed(const mla__spec *spec, const char *n
     int n = snprintf(name_expr, size, "%s", kernel);
     MLA_RETURN_ERROR_IF(n < 0 || (size_t)n >= size, MLA_ERR_INTERNAL,
                         "%s: name expression buffer of %zu bytes too small", spec->kernel, size);
-    launch->threads = MLA__FLASHMLA_SPARSE_THREADS;
+    launch->threads = threads;
     launch->dynamic_smem = dynamic_smem;
     launch->cluster = 1;
     return MLA_OK;

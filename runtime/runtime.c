@@ -176,6 +176,19 @@ static void resolve_flashmla_sparse_prefetch(mla_runtime *rt) {
                  "unset, got \"%s\": ignored", v);
 }
 
+/* $MLAJIT_FLASHMLA_SPARSE_SM90, read here once: "pingpong" runs the sm_90a sparse decode on the
+ * two-warpgroup (ping-pong) kernel, "ws" the sm_90a sparse prefill on the warp-specialized one
+ * (the other structure of each, kept for comparisons, docs/perf-notes.md); unset: the defaults. */
+static void resolve_flashmla_sparse_sm90(mla_runtime *rt) {
+    const char *v = env("MLAJIT_FLASHMLA_SPARSE_SM90");
+    rt->flashmla_sparse_sm90 = NULL;
+    if (v && !strcmp(v, "pingpong")) rt->flashmla_sparse_sm90 = "pingpong";
+    else if (v && !strcmp(v, "ws")) rt->flashmla_sparse_sm90 = "ws";
+    else if (v)
+        mla__log(rt, MLA_LOG_WARN, "MLAJIT_FLASHMLA_SPARSE_SM90: expected \"pingpong\", \"ws\" "
+                 "or unset, got \"%s\": ignored", v);
+}
+
 /* Copies the options and resolves what they leave to the environment. */
 static mla_status apply_options(mla_runtime *rt, const mla_options *options) {
     mla_options_init(&rt->options);
@@ -203,6 +216,7 @@ static mla_status apply_options(mla_runtime *rt, const mla_options *options) {
     resolve_fakequant_prefill(rt);
     resolve_fakequant_decode(rt);
     resolve_flashmla_sparse_prefetch(rt);
+    resolve_flashmla_sparse_sm90(rt);
     return MLA_OK;
 }
 

@@ -17,17 +17,22 @@ typedef struct compile_case {
     char kernel[32];
     int d_qk;          /* prefill: 576 or 512; decode: 0 (no parameter) */
     int smem;          /* expected dynamic shared memory */
+    int threads;       /* expected block size */
 } compile_case;
 
 static compile_case cases[] = {
-    {"sm_90a", "flashmla_sparse_decode", 0, MLA__FLASHMLA_SPARSE_DECODE_SMEM},
-    {"sm_90a", "flashmla_sparse_prefill", 576, MLA__FLASHMLA_SPARSE_PREFILL_SMEM_576},
-    {"sm_90a", "flashmla_sparse_prefill", 512, MLA__FLASHMLA_SPARSE_PREFILL_SMEM_512},
-    {"sm_100a", "flashmla_sparse_decode", 0, MLA__FLASHMLA_SPARSE_DECODE_SMEM},
-    {"sm_100a", "flashmla_sparse_prefill", 576, MLA__FLASHMLA_SPARSE_PREFILL_SMEM_576},
-    {"sm_100a", "flashmla_sparse_prefill", 512, MLA__FLASHMLA_SPARSE_PREFILL_SMEM_512},
-    {"sm_90a", "flashmla_sparse_decode_sm90", 0, MLA__FLASHMLA_SPARSE_SM90_SMEM},
-    {"sm_90a", "flashmla_sparse_prefill_sm90", 0, MLA__FLASHMLA_SPARSE_SM90_SMEM},
+#define T256 MLA__FLASHMLA_SPARSE_THREADS
+#define T384 MLA__FLASHMLA_SPARSE_WS_THREADS
+    {"sm_90a", "flashmla_sparse_decode", 0, MLA__FLASHMLA_SPARSE_DECODE_SMEM, T256},
+    {"sm_90a", "flashmla_sparse_prefill", 576, MLA__FLASHMLA_SPARSE_PREFILL_SMEM_576, T256},
+    {"sm_90a", "flashmla_sparse_prefill", 512, MLA__FLASHMLA_SPARSE_PREFILL_SMEM_512, T256},
+    {"sm_100a", "flashmla_sparse_decode", 0, MLA__FLASHMLA_SPARSE_DECODE_SMEM, T256},
+    {"sm_100a", "flashmla_sparse_prefill", 576, MLA__FLASHMLA_SPARSE_PREFILL_SMEM_576, T256},
+    {"sm_100a", "flashmla_sparse_prefill", 512, MLA__FLASHMLA_SPARSE_PREFILL_SMEM_512, T256},
+    {"sm_90a", "flashmla_sparse_decode_sm90", 0, MLA__FLASHMLA_SPARSE_SM90_SMEM, T384},
+    {"sm_90a", "flashmla_sparse_prefill_sm90", 0, MLA__FLASHMLA_SPARSE_SM90_SMEM, T256},
+    {"sm_90a", "flashmla_sparse_decode_sm90pp", 0, MLA__FLASHMLA_SPARSE_SM90_SMEM, T256},
+    {"sm_90a", "flashmla_sparse_prefill_sm90ws", 0, MLA__FLASHMLA_SPARSE_SM90_SMEM, T384},
 };
 
 ParameterizedTestParameters(flashmla_sparse_compile, every_spec) {
@@ -54,11 +59,10 @@ ParameterizedTest(compile_case *c, flashmla_sparse_compile, every_spec) {
     cr_assert(mla__spec_key(rt, &spec, c->arch, &key, hash, name, sizeof name, &launch) == MLA_OK,
               "%s %s: spec key: %s", desc, c->arch, mla_last_error());
     free(key);
-    cr_expect(launch.threads == MLA__FLASHMLA_SPARSE_THREADS && launch.dynamic_smem == c->smem &&
+    cr_expect(launch.threads == c->threads && launch.dynamic_smem == c->smem &&
                   launch.cluster == 1,
               "%s %s: launch (%d threads, %d smem, cluster %d), expected (%d, %d, 1)", desc,
-              c->arch, launch.threads, launch.dynamic_smem, launch.cluster,
-              MLA__FLASHMLA_SPARSE_THREADS, c->smem);
+              c->arch, launch.threads, launch.dynamic_smem, launch.cluster, c->threads, c->smem);
     cr_expect(strstr(name, "mla::flashmla::sparse::") == name, "%s %s: name expression %s", desc,
               c->arch, name);
     cr_expect(c->smem <= 232448, "%s: %d bytes of shared memory exceed the 227 KiB of sm_90a",
@@ -114,6 +118,12 @@ Test(flashmla_sparse_compile, kind_choice) {
         {"sm_90a", 1, 512, NULL, "flashmla_sparse_prefill"},
         {"sm_90a", 1, 576, "portable", "flashmla_sparse_prefill"},
         {"sm_100a", 1, 576, NULL, "flashmla_sparse_prefill"},
+        {"sm_90a", 0, 0, "pingpong", "flashmla_sparse_decode_sm90pp"},
+        {"sm_90a", 1, 576, "pingpong", "flashmla_sparse_prefill_sm90"},
+        {"sm_90a", 0, 0, "ws", "flashmla_sparse_decode_sm90"},
+        {"sm_90a", 1, 576, "ws", "flashmla_sparse_prefill_sm90ws"},
+        {"sm_90a", 1, 512, "ws", "flashmla_sparse_prefill"},
+        {"sm_100a", 0, 0, "pingpong", "flashmla_sparse_decode"},
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
         const char *got = mla__flashmla_sparse_kind(k[i].arch, k[i].prefill, k[i].d_qk, k[i].force);

@@ -96,7 +96,8 @@ static void assert_kind(const mla_runtime *rt, const char *name, const char *wan
  * Returns the number of runs (1 or 2) and fills rts / kinds / whats. */
 static int case_runtimes(mla_runtime *rt, int prefill, int d_qk, mla_runtime **rts,
                          const char **kinds, const char **whats) {
-    const char *kind = mla__flashmla_sparse_kind(rt->arch, prefill, d_qk, NULL);
+    /* $MLAJIT_FLASHMLA_SPARSE_SM90 may pick the other sm_90a structure (a run for comparison) */
+    const char *kind = mla__flashmla_sparse_kind(rt->arch, prefill, d_qk, rt->flashmla_sparse_sm90);
     const char *portable = prefill ? "flashmla_sparse_prefill" : "flashmla_sparse_decode";
     rts[0] = rt, kinds[0] = kind, whats[0] = "";
     if (!strcmp(kind, portable)) return 1;

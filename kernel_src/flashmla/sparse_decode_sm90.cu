@@ -12,6 +12,7 @@
 
 #include "flashmla/sparse_decode.cu"
 #include "flashmla/sparse_sm90.cuh"
+#include "flashmla/sparse_ws_sm90.cuh"
 
 namespace mla {
 namespace flashmla {
@@ -43,9 +44,13 @@ struct DecodeFamily90 {
     }
 };
 
-__global__ void __launch_bounds__(kThreads, 1)
+// kWs 1: the warp-specialized kernel (sparse_ws_sm90.cuh, 384 threads; "flashmla_sparse_decode_sm90");
+// 0: the two-warpgroup ping-pong one (sparse_sm90.cuh, 256; "flashmla_sparse_decode_sm90pp").
+template <int kWs>
+__global__ void __launch_bounds__(kWs ? ws::kThreadsWs : kThreads, 1)
     sparse_decode_sm90_kernel(const __grid_constant__ SparseDecodeParams p) {
-    sm90s::attend_cta<DecodeFamily90>(p);
+    if constexpr (kWs) ws::attend_cta_ws<DecodeFamily90>(p);
+    else sm90s::attend_cta<DecodeFamily90>(p);
 }
 
 }  // namespace sparse

@@ -12,6 +12,7 @@
 
 #include "flashmla/sparse_prefill.cu"
 #include "flashmla/sparse_sm90.cuh"
+#include "flashmla/sparse_ws_sm90.cuh"
 
 namespace mla {
 namespace flashmla {
@@ -42,9 +43,14 @@ struct PrefillFamily90 {
     }
 };
 
-__global__ void __launch_bounds__(kThreads, 1)
+// kWs 0: the two-warpgroup ping-pong kernel (sparse_sm90.cuh, 256 threads;
+// "flashmla_sparse_prefill_sm90"); 1: the warp-specialized one (sparse_ws_sm90.cuh, 384;
+// "flashmla_sparse_prefill_sm90ws").
+template <int kWs>
+__global__ void __launch_bounds__(kWs ? ws::kThreadsWs : kThreads, 1)
     sparse_prefill_sm90_kernel(const __grid_constant__ SparsePrefillParams p) {
-    sm90s::attend_cta<PrefillFamily90>(p);
+    if constexpr (kWs) ws::attend_cta_ws<PrefillFamily90>(p);
+    else sm90s::attend_cta<PrefillFamily90>(p);
 }
 
 }  // namespace sparse

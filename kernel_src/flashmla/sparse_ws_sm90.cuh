@@ -1,0 +1,417 @@
+// The warp-specialized sm_90a path of the FlashMLA-compatible sparse kernels: one query token's
+// 64 heads against its own list of KV rows, with a producer warpgroup that gathers (and for fp8
+// rows converts) each 64-key tile into a ring of two bf16 K tiles, so that the two consumer
+// warpgroups only run the products and the softmax. Families as in sparse_sm90.cuh (Params,
+// kFp8, count, list, q_row, kv_row, any, store); same math as the portable kernels
+// (sparse_attn.cuh) and the ping-pong kernel (sparse_sm90.cuh); results agree up to fp32
+// summation order.
+//
+// CTA: 384 threads. Warpgroup 0 (warps 0-3) computes every tile's S = Q K^T (36
+// wgmma.m64n64k16, Q and K from shared memory), the online softmax, P to shared memory (sS) with
+// the factor each row's O takes (sScale), and O[:, :256] += P V_L (P from registers); warpgroup
+// 1 (warps 4-7) only scales O[:, 256:] by sScale and adds sS V_R; warpgroup 2 (warps 8-11) is
+// the producer. Registers (setmaxnreg): 224 / 160 / 120 (launch: 168 each).
+//
+// Tile t lives in buffer b = t % 2 (K0, K1). Per tile:
+//   producer: waits free[b] (t >= 2), writes the bf16 tile and its validity byte-mask, fences,
+//             arrives on full[b] (128 arrivals plus 128 cp.async noinc ones: the RoPE, or the bf16 rows).
+//   WG0:      waits full[b] (before issuing QK(t), at the end of tile t - 1), S -> softmax; waits
+//             S_FREE (WG1 done with sS of tile t - 1), writes sS and sScale, arrives S_READY;
+//             issues P V_L, then QK(t + 1) behind it, retires P V_L (wait_group 1), arrives
+//             free[b].
+//   WG1:      waits S_READY, scales O_R, sS V_R, arrives free[b] and S_FREE.
+// So the producer fills tile t + 2 while the consumers work on tile t + 1, and QK(t + 1) queues
+// on the tensor cores behind P V(t) without a round trip through the softmax.
+// fp8 rows: the producer holds the raw bytes of the next tile in registers (loaded as soon as the
+// previous tile is stored, so the gather's latency runs under the wait for the free buffer):
+// lane (q = lane / 8, r8 = lane % 8) of producer warp w takes e4m3 columns [128 q, +128), scale q
+// and RoPE chunks 2 q, 2 q + 1 of rows 16 w + 8 rd + r8 (rd = 0, 1); each 16 e4m3 values become
+// two 16-byte bf16 chunks (dequant16: the scale in fp32, then rounded), stored to the swizzled
+// tile (8 rows per 8-lane phase: conflict free). bf16 rows: cp.async of whole 128-byte lines.
+// Validity: bit r of the buffer's 64-bit mask = row r valid (an invalid entry is never read, its
+// row zero); WG0 masks its S with it.
+//
+// Shared memory (from a 1024-aligned base): Q 0 (73728, all 9 pieces), K0 73728, K1 147456 (the
+// 64 x 576 tile layout of decode_sm90.cu), sS 221184 (8192), sScale 229376 (64 floats), sL
+// 229632 (l, m: 2 x 64 floats), masks 230144 (2 x 8 bytes), mbarriers 230160 (full 0, 1, free
+// 0, 1): 230192 bytes, within the ping-pong kernel's 231488 (+ 1024 alignment).
+#pragma once
+
+#include "flashmla/sparse_sm90.cuh"
+
+namespace mla {
+namespace flashmla {
+namespace sparse {
+namespace ws {
+
+constexpr int kThreadsWs = 384;
+constexpr int kFp8ScaleOff = 512, kFp8RopeOff = 528;  // in a 656-byte fp8 row
+constexpr int kPieceBytes = sm90::kPieceBytes;
+constexpr int kSmemQ = 0;
+constexpr int kSmemK0 = sm90::kTileBytes90;
+constexpr int kSmemK1 = 2 * sm90::kTileBytes90;
+constexpr int kSmemS = 3 * sm90::kTileBytes90;
+constexpr int kSmemScale = kSmemS + kPieceBytes;
+constexpr int kSmemL = kSmemScale + kBlockM * 4;
+constexpr int kSmemMaskW = kSmemL + 2 * kBlockM * 4;
+constexpr int kSmemBarW = kSmemMaskW + 2 * 8;
+constexpr int kSmemUsedW = kSmemBarW + 4 * 8;
+static_assert(kSmemUsedW == 230192 && kSmemUsedW + 1024 <= sm90s::kSmemBytesS,
+              "fits the sparse sm90 kinds' dynamic shared memory");
+static_assert(kSmemS % 1024 == 0, "sS swizzle atoms 1024-aligned");
+
+// Named barriers (0 is __syncthreads): S_READY / S_FREE between warpgroups 0 and 1 (256
+// threads), L_READY (the row sums, at the end), Q (warpgroup 0's Q load).
+enum : int { kBarSReady = 1, kBarSFree = 2, kBarLReady = 3, kBarQ = 4 };
+constexpr int kRegs0 = 224, kRegs1 = 160, kRegsP = 120;
+static_assert(kRegs0 + kRegs1 + kRegsP <= 3 * 168, "the registers the CTA was launched with");
+
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+#if MLA_WGMMA_ENABLED
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+#if MLA_WGMMA_ENABLED
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+
+// mbarrier.arrive.shared::cta.b64 (release): one arrival.
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// ld.global.nc.L1::no_allocate of 16 / 4 bytes (the cache rows: read-only during the kernel,
+// shared with the token's other head-block CTA through L2, not L1).
+__device__ __forceinline__ uint4 ldg_16(const unsigned char *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+__device__ __forceinline__ float ldg_f32(const unsigned char *p) {
+    float v;
+    asm volatile("ld.global.nc.L1::no_allocate.f32 %0, [%1];\n" : "=f"(v) : "l"(p));
+    return v;
+}
+
+// The raw part of one fp8 row a producer lane holds: 128 e4m3 values and their scale (the RoPE
+// goes by cp.async once the buffer is free).
+struct RawPart {
+    uint4 nope[8];
+    float scale;
+};
+
+// Loads lane part q of the fp8 row src (null: zeros, nothing read).
+__device__ __forceinline__ void fetch_part(const unsigned char *src, int q, RawPart &r) {
+    if (src != nullptr) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) r.nope[i] = ldg_16(src + 128 * q + 16 * i);
+        r.scale = ldg_f32(src + kFp8ScaleOff + 4 * q);
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; i++) r.nope[i] = make_uint4(0, 0, 0, 0);
+        r.scale = 0.f;
+    }
+}
+
+// Converts and stores part q of row r into the bf16 tile buf (generic pointer): e4m3 chunk i
+// (columns 128 q + 16 i) -> bf16 chunks 16 q + 2 i, +1 (piece 2 q + i / 4); and issues the
+// cp.async of the row's RoPE chunks 2 q, 2 q + 1 (src null: zero fill) to piece 8.
+__device__ __forceinline__ void store_part(unsigned char *buf, int r, int q, const RawPart &raw,
+                                           const unsigned char *src, const void *any) {
+    unsigned char *row = buf + r * 128;
+    const int sw = r & 7;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        uint4 lo, hi;
+        dequant16(raw.nope[i], raw.scale, lo, hi);
+        unsigned char *pc = row + (2 * q + (i >> 2)) * kPieceBytes;
+        const int c0 = (2 * i) & 7;
+        *reinterpret_cast<uint4 *>(pc + ((c0 ^ sw) << 4)) = lo;
+        *reinterpret_cast<uint4 *>(pc + (((c0 + 1) ^ sw) << 4)) = hi;
+    }
+#pragma unroll
+    for (int k = 0; k < 2; k++)
+        cp_async_16(smem_addr(row + 8 * kPieceBytes + (((2 * q + k) ^ sw) << 4)),
+                    src ? src + kFp8RopeOff + 16 * (2 * q + k) : any, src != nullptr);
+}
+
+// Writes the validity byte of 8 rows (16 pw + 8 rd + [0, 8)): lanes 0-7 hold them.
+__device__ __forceinline__ void write_valid8(unsigned char *mask, bool valid, int pw, int rd,
+                                             int lane) {
+    const unsigned bits = __ballot_sync(0xffffffffu, valid);
+    if (lane == 0) mask[2 * pw + rd] = (unsigned char)(bits & 0xffu);
+}
+
+// The producer warpgroup (wt: thread in it).
+template <class F>
+__device__ __forceinline__ void produce(const typename F::Params &p, unsigned char *smem,
+                                        int token, int wt) {
+    const int lane = wt & 31, pw = wt >> 5;
+    const unsigned base = smem_addr(smem);
+    const unsigned bars = base + kSmemBarW;  // full 0, full 1, free 0, free 1
+    const int *list = F::list(p, token);
+    const int n = F::count(p, token), n_tiles = (n + kBlockN - 1) / kBlockN;
+    if constexpr (F::kFp8) {
+        const int q = lane >> 3, r8 = lane & 7;
+        const int rows[2] = {pw * 16 + r8, pw * 16 + 8 + r8};
+        const void *any = F::any(p);
+        RawPart raw[2];
+        const unsigned char *src[2];
+        int nidx[2];
+        if (n_tiles > 0) {
+#pragma unroll
+            for (int rd = 0; rd < 2; rd++) {
+                src[rd] = F::kv_row(p, sm90s::fetch_entry(list, rows[rd], n));
+                nidx[rd] = sm90s::fetch_entry(list, kBlockN + rows[rd], n);
+                fetch_part(src[rd], q, raw[rd]);
+            }
+        }
+        for (int t = 0; t < n_tiles; t++) {
+            const int b = t & 1;
+            if (t >= 2) mbarrier_wait_parity(bars + 16 + 8 * b, ((t >> 1) + 1) & 1);
+            unsigned char *buf = smem + (b ? kSmemK1 : kSmemK0);
+#pragma unroll
+            for (int rd = 0; rd < 2; rd++) {
+                store_part(buf, rows[rd], q, raw[rd], src[rd], any);
+                write_valid8(smem + kSmemMaskW + 8 * b, src[rd] != nullptr, pw, rd, lane);
+            }
+            cp_async_mbarrier_arrive_noinc(bars + 8 * b);  // the RoPE
+            fence_proxy_async_shared();
+            mbar_arrive(bars + 8 * b);
+            if (t + 1 < n_tiles) {  // the next tile's rows, in flight during the next wait
+#pragma unroll
+                for (int rd = 0; rd < 2; rd++) {
+                    src[rd] = F::kv_row(p, nidx[rd]);
+                    nidx[rd] = sm90s::fetch_entry(list, (t + 2) * kBlockN + rows[rd], n);
+                    fetch_part(src[rd], q, raw[rd]);
+                }
+            }
+        }
+        cp_async_wait<0>();  // no cp.async left in flight at exit
+    } else {
+        // bf16 rows: warp pw copies rows [16 pw, +16), per instruction 4 rows x 8 chunks; lane
+        // (rl = lane / 8, ch = lane % 8) rows 16 pw + rl + 4 i. Indices a tile ahead.
+        const int rl = lane >> 3, ch = lane & 7;
+        const unsigned char *any = static_cast<const unsigned char *>(F::any(p));
+        int idx[4], vidx;
+#pragma unroll
+        for (int i = 0; i < 4; i++) idx[i] = sm90s::fetch_entry(list, pw * 16 + rl + 4 * i, n);
+        vidx = sm90s::fetch_entry(list, pw * 16 + (lane & 15), n);
+        for (int t = 0; t < n_tiles; t++) {
+            const int b = t & 1;
+            if (t >= 2) mbarrier_wait_parity(bars + 16 + 8 * b, ((t >> 1) + 1) & 1);
+            const unsigned buf = base + (b ? kSmemK1 : kSmemK0);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int r = pw * 16 + rl + 4 * i;
+                const unsigned char *src = F::kv_row(p, idx[i]);
+#pragma unroll
+                for (int pc = 0; pc < sm90::kPieces; pc++)
+                    cp_async_16(sm90s::slot_addr(buf, pc, r, ch ^ (r & 7)),
+                                src ? src + (pc * 8 + ch) * 16 : any, src != nullptr);
+            }
+            cp_async_mbarrier_arrive_noinc(bars + 8 * b);
+            // lanes 0-15: rows 16 pw + lane
+            const unsigned bits = __ballot_sync(0xffffffffu, F::kv_row(p, vidx) != nullptr);
+            if (lane == 0)
+                *reinterpret_cast<unsigned short *>(smem + kSmemMaskW + 8 * b + 2 * pw) =
+                    (unsigned short)(bits & 0xffffu);
+            mbar_arrive(bars + 8 * b);
+            if (t + 1 < n_tiles) {
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    idx[i] = sm90s::fetch_entry(list, (t + 1) * kBlockN + pw * 16 + rl + 4 * i, n);
+                vidx = sm90s::fetch_entry(list, (t + 1) * kBlockN + pw * 16 + (lane & 15), n);
+            }
+        }
+        cp_async_wait<0>();  // no cp.async left in flight at exit
+    }
+}
+
+// Scales S to base-2 logits and masks the invalid keys (bit c of mask: key c valid); key c of
+// the thread's S is 8 j + 2 (lane % 4) + e % 2.
+__device__ __forceinline__ void scale_mask_bits(float (&s)[8][4], unsigned long long mask,
+                                                float scale, int lane) {
+    if (mask == ~0ull) {
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[j][e] *= scale;
+        return;
+    }
+    const unsigned long long m = mask >> (2 * (lane & 3));
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const bool valid = (m >> (8 * j + (e & 1))) & 1ull;
+            s[j][e] = valid ? s[j][e] * scale : -inf_f32();
+        }
+}
+
+// Warpgroup 0 (wt: thread in it; wm its warp): S, softmax, P V_L.
+template <class F>
+__device__ __forceinline__ void consume0(const typename F::Params &p, unsigned char *smem,
+                                         int token, int m, int wt) {
+    using namespace sm90;
+    const int lane = wt & 31, wm = wt >> 5;
+    const unsigned base = smem_addr(smem);
+    const unsigned q = base + kSmemQ, k0 = base + kSmemK0, k1 = base + kSmemK1;
+    const unsigned bars = base + kSmemBarW;
+    float *sscale = reinterpret_cast<float *>(smem + kSmemScale);
+    float *sl = reinterpret_cast<float *>(smem + kSmemL);
+    const unsigned long long *masks =
+        reinterpret_cast<const unsigned long long *>(smem + kSmemMaskW);
+    {  // Q rows: 2 threads a row
+        const int r = wt >> 1;
+        const unsigned char *src = F::q_row(p, token, m * kBlockM + r);
+        const bool valid = src != nullptr;
+        if (!valid) src = static_cast<const unsigned char *>(F::any(p));
+        for (int c = wt & 1; c < kRowChunks; c += 2)
+            cp_async_16(q + tile_off(r, c), src + c * 16, valid);
+        cp_async_commit();
+    }
+    const int n = F::count(p, token), n_tiles = (n + kBlockN - 1) / kBlockN;
+    const int r0 = wm * 16 + (lane >> 2);
+    RowState st;
+    float o[32][4];
+    row_state_init(st, o);
+    float s[8][4];
+    unsigned pa[4][4];
+    cp_async_wait<0>();
+    fence_proxy_async_shared();
+    named_barrier_sync(kBarQ, kWgThreads);
+    if (n_tiles > 0) {
+        mbarrier_wait_parity(bars, 0);
+        wgmma_fence();
+        sm90s::qk_pieces<0, kPieces>(s, q, k0);
+        wgmma_commit_group();
+    }
+    for (int t = 0; t < n_tiles; t++) {
+        const int b = t & 1;
+        wgmma_wait_group<0>();
+        reg_fence(s);
+        scale_mask_bits(s, masks[b], p.scale_log2, lane);
+        float mx[2], mu[2], f[2];
+        row_max64(s, mx);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const float m_new = fmaxf(st.m[h], mx[h]);
+            mu[h] = m_new == -inf_f32() ? 0.f : m_new;
+            f[h] = ex2(st.m[h] - mu[h]);
+            st.m[h] = m_new;
+            st.l[h] *= f[h];
+        }
+        exp_rows(s, mu, st.l);
+        if (t > 0) named_barrier_sync(kBarSFree, 2 * kWgThreads);  // WG1 done with sS, sScale
+        if ((lane & 3) == 0) sscale[r0] = f[0], sscale[r0 + 8] = f[1];
+        store_p<false>(smem + kSmemS, s, wm, lane);
+        fence_proxy_async_shared();
+        named_barrier_arrive(kBarSReady, 2 * kWgThreads);
+        p_fragments<false>(s, pa);
+        scale_o(o, f);
+        wgmma_fence();
+        pv_issue_rs<false>(o, pa, b ? k1 : k0, 0);
+        wgmma_commit_group();
+        if (t + 1 < n_tiles) {  // QK(t + 1) queued behind P V_L(t)
+            mbarrier_wait_parity(bars + 8 * (b ^ 1), ((t + 1) >> 1) & 1);
+            wgmma_fence();
+            sm90s::qk_pieces<0, kPieces>(s, q, b ? k0 : k1);
+            wgmma_commit_group();
+            wgmma_wait_group<1>();
+        } else {
+            wgmma_wait_group<0>();
+        }
+        reg_fence(o);
+        mbar_arrive(bars + 16 + 8 * b);  // V_L of buffer b consumed
+    }
+    wgmma_wait_group<0>();  // (nothing in flight: tells ptxas so for the paths it cannot follow)
+    reg_fence(s);
+    // The row sums (this warpgroup holds all of P) and maxima for warpgroup 1.
+#pragma unroll
+    for (int h = 0; h < 2; h++) st.l[h] = quad_sum(st.l[h]);
+    if ((lane & 3) == 0) {
+        sl[r0] = st.l[0], sl[r0 + 8] = st.l[1];
+        sl[kBlockM + r0] = st.m[0], sl[kBlockM + r0 + 8] = st.m[1];
+    }
+    named_barrier_arrive(kBarLReady, 2 * kWgThreads);
+    F::store(p, o, st, token, m);
+}
+
+// Warpgroup 1: O_R scaled by sScale, += sS V_R.
+template <class F>
+__device__ __forceinline__ void consume1(const typename F::Params &p, unsigned char *smem,
+                                         int token, int m, int wt) {
+    using namespace sm90;
+    const int lane = wt & 31, wm = wt >> 5;
+    const unsigned base = smem_addr(smem);
+    const unsigned k0 = base + kSmemK0, k1 = base + kSmemK1, bars = base + kSmemBarW;
+    const float *sscale = reinterpret_cast<const float *>(smem + kSmemScale);
+    const float *sl = reinterpret_cast<const float *>(smem + kSmemL);
+    const int n = F::count(p, token), n_tiles = (n + kBlockN - 1) / kBlockN;
+    const int r0 = wm * 16 + (lane >> 2);
+    RowState st;
+    float o[32][4];
+    row_state_init(st, o);
+    for (int t = 0; t < n_tiles; t++) {
+        const int b = t & 1;
+        named_barrier_sync(kBarSReady, 2 * kWgThreads);
+        // Already complete (WG0 waited for it): orders the producer's tile for this warpgroup.
+        mbarrier_wait_parity(bars + 8 * b, (t >> 1) & 1);
+        const float f[2] = {sscale[r0], sscale[r0 + 8]};
+        scale_o(o, f);
+        wgmma_fence();
+        pv_issue_ss<false>(o, base + kSmemS, b ? k1 : k0, 1);
+        wgmma_commit_group();
+        wgmma_wait_group<0>();
+        reg_fence(o);
+        mbar_arrive(bars + 16 + 8 * b);  // V_R of buffer b consumed
+        if (t + 1 < n_tiles) named_barrier_arrive(kBarSFree, 2 * kWgThreads);
+    }
+    named_barrier_sync(kBarLReady, 2 * kWgThreads);
+#pragma unroll
+    for (int h = 0; h < 2; h++) st.l[h] = sl[r0 + 8 * h], st.m[h] = sl[kBlockM + r0 + 8 * h];
+    F::store(p, o, st, token, m);
+}
+
+// The body of the warp-specialized kernels: the CTA of a flat grid (token major, ceil(h_q / 64)
+// CTAs a token) on the dynamic shared memory, aligned to 1024 bytes.
+template <class F>
+__device__ __forceinline__ void attend_cta_ws(const typename F::Params &p) {
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+    const int nm = (p.h_q + kBlockM - 1) / kBlockM;
+    const int token = blockIdx.x / nm, m = blockIdx.x % nm;
+    const unsigned bars = smem_addr(smem) + kSmemBarW;
+    if (threadIdx.x == 0) {
+        // full: the producer's 128 threads and their 128 cp.async arrivals; free: the 256
+        // consumer threads.
+        mbarrier_init(bars, 256);
+        mbarrier_init(bars + 8, 256);
+        mbarrier_init(bars + 16, 256);
+        mbarrier_init(bars + 24, 256);
+    }
+    __syncthreads();
+    const int wg = threadIdx.x >> 7, wt = threadIdx.x & 127;
+    if (wg == 2) {
+        setmaxnreg_dec<kRegsP>();
+        produce<F>(p, smem, token, wt);
+    } else if (wg == 0) {
+        setmaxnreg_inc<kRegs0>();
+        consume0<F>(p, smem, token, m, wt);
+    } else {
+        setmaxnreg_dec<kRegs1>();
+        consume1<F>(p, smem, token, m, wt);
+    }
+}
+
+}  // namespace ws
+}  // namespace sparse
+}  // namespace flashmla
+}  // namespace mla
