@@ -45,7 +45,7 @@ namespace sparse {
 namespace ws {
 
 constexpr int kThreadsWs = 384;
-constexpr int kFp8ScaleOff = 512, kFp8RopeOff = 528;  // in a 656-byte fp8 row
+constexpr int kFp8ScaleOff = 512, kFp8RopeOff = 528, kKvRowBytes = 656;  // fp8 rows
 constexpr int kPieceBytes = sm90::kPieceBytes;
 constexpr int kSmemQ = 0;
 constexpr int kSmemK0 = sm90::kTileBytes90;
@@ -99,53 +99,62 @@ __device__ __forceinline__ float ldg_f32(const unsigned char *p) {
     return v;
 }
 
-// The raw part of one fp8 row a producer lane holds: 128 e4m3 values and their scale (the RoPE
-// goes by cp.async once the buffer is free).
+// The raw part of one fp8 row a producer lane holds: e4m3 chunks j + 4 i (i = 0..7, j = lane
+// % 4: 16 values each) and the row's 4 scales (the RoPE goes by cp.async once the buffer is free).
 struct RawPart {
     uint4 nope[8];
-    float scale;
+    float4 sc;
 };
 
-// Loads lane part q of the fp8 row src (null: zeros, nothing read).
-__device__ __forceinline__ void fetch_part(const unsigned char *src, int q, RawPart &r) {
+// Loads lane part j of the fp8 row src (null: zeros, nothing read). The 4 lanes of a row read 64
+// contiguous bytes per instruction (8 rows a warp: 16 whole sectors).
+__device__ __forceinline__ void fetch_part(const unsigned char *src, int j, RawPart &r) {
     if (src != nullptr) {
 #pragma unroll
-        for (int i = 0; i < 8; i++) r.nope[i] = ldg_16(src + 128 * q + 16 * i);
-        r.scale = ldg_f32(src + kFp8ScaleOff + 4 * q);
+        for (int i = 0; i < 8; i++) r.nope[i] = ldg_16(src + 16 * j + 64 * i);
+        const uint4 v = ldg_16(src + kFp8ScaleOff);
+        r.sc = make_float4(__uint_as_float(v.x), __uint_as_float(v.y), __uint_as_float(v.z),
+                           __uint_as_float(v.w));
     } else {
 #pragma unroll
         for (int i = 0; i < 8; i++) r.nope[i] = make_uint4(0, 0, 0, 0);
-        r.scale = 0.f;
+        r.sc = make_float4(0.f, 0.f, 0.f, 0.f);
     }
 }
 
-// Converts and stores part q of row r into the bf16 tile buf (generic pointer): e4m3 chunk i
-// (columns 128 q + 16 i) -> bf16 chunks 16 q + 2 i, +1 (piece 2 q + i / 4); and issues the
-// cp.async of the row's RoPE chunks 2 q, 2 q + 1 (src null: zero fill) to piece 8.
-__device__ __forceinline__ void store_part(unsigned char *buf, int r, int q, const RawPart &raw,
+// Converts and stores part j of row r into the bf16 tile buf (generic pointer): e4m3 chunk
+// j + 4 i (columns 64 i + 16 j, scale i / 2) -> bf16 chunks 2 j, 2 j + 1 of piece i; and issues
+// the cp.async of the row's RoPE chunks j, j + 4 (src null: zero fill) to piece 8. The 8 lanes of
+// a store phase hold rows 2 g, 2 g + 1 (swizzles of opposite parity): conflict free.
+__device__ __forceinline__ void store_part(unsigned char *buf, int r, int j, const RawPart &raw,
                                            const unsigned char *src, const void *any) {
     unsigned char *row = buf + r * 128;
     const int sw = r & 7;
+    const float sc[4] = {raw.sc.x, raw.sc.y, raw.sc.z, raw.sc.w};
 #pragma unroll
     for (int i = 0; i < 8; i++) {
         uint4 lo, hi;
-        dequant16(raw.nope[i], raw.scale, lo, hi);
-        unsigned char *pc = row + (2 * q + (i >> 2)) * kPieceBytes;
-        const int c0 = (2 * i) & 7;
-        *reinterpret_cast<uint4 *>(pc + ((c0 ^ sw) << 4)) = lo;
-        *reinterpret_cast<uint4 *>(pc + (((c0 + 1) ^ sw) << 4)) = hi;
+        dequant16(raw.nope[i], sc[i >> 1], lo, hi);
+        unsigned char *pc = row + i * kPieceBytes;
+        *reinterpret_cast<uint4 *>(pc + (((2 * j) ^ sw) << 4)) = lo;
+        *reinterpret_cast<uint4 *>(pc + (((2 * j + 1) ^ sw) << 4)) = hi;
     }
 #pragma unroll
     for (int k = 0; k < 2; k++)
-        cp_async_16(smem_addr(row + 8 * kPieceBytes + (((2 * q + k) ^ sw) << 4)),
-                    src ? src + kFp8RopeOff + 16 * (2 * q + k) : any, src != nullptr);
+        cp_async_16(smem_addr(row + 8 * kPieceBytes + (((j + 4 * k) ^ sw) << 4)),
+                    src ? src + kFp8RopeOff + 16 * (j + 4 * k) : any, src != nullptr);
 }
 
-// Writes the validity byte of 8 rows (16 pw + 8 rd + [0, 8)): lanes 0-7 hold them.
+// Writes the validity byte of rows 16 pw + 8 rd + [0, 8): lane 4 k holds row 16 pw + 8 rd + k.
 __device__ __forceinline__ void write_valid8(unsigned char *mask, bool valid, int pw, int rd,
                                              int lane) {
     const unsigned bits = __ballot_sync(0xffffffffu, valid);
-    if (lane == 0) mask[2 * pw + rd] = (unsigned char)(bits & 0xffu);
+    if (lane == 0) {
+        unsigned v = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) v |= ((bits >> (4 * k)) & 1u) << k;
+        mask[2 * pw + rd] = (unsigned char)v;
+    }
 }
 
 // The producer warpgroup (wt: thread in it).
@@ -157,19 +166,23 @@ __device__ __forceinline__ void produce(const typename F::Params &p, unsigned ch
     const unsigned bars = base + kSmemBarW;  // full 0, full 1, free 0, free 1
     const int *list = F::list(p, token);
     const int n = F::count(p, token), n_tiles = (n + kBlockN - 1) / kBlockN;
+    const bool l2_prefetch = F::prefetch(p);
     if constexpr (F::kFp8) {
-        const int q = lane >> 3, r8 = lane & 7;
-        const int rows[2] = {pw * 16 + r8, pw * 16 + 8 + r8};
+        // Lane (row 16 pw + 8 rd + lane / 4, part j = lane % 4) of rounds rd = 0, 1. Indices two
+        // tiles ahead (i1: the next tile's, i2: the one after), the next tile's rows in registers.
+        const int j = lane & 3;
+        const int rows[2] = {pw * 16 + (lane >> 2), pw * 16 + 8 + (lane >> 2)};
         const void *any = F::any(p);
         RawPart raw[2];
         const unsigned char *src[2];
-        int nidx[2];
+        int i1[2], i2[2];
         if (n_tiles > 0) {
 #pragma unroll
             for (int rd = 0; rd < 2; rd++) {
                 src[rd] = F::kv_row(p, sm90s::fetch_entry(list, rows[rd], n));
-                nidx[rd] = sm90s::fetch_entry(list, kBlockN + rows[rd], n);
-                fetch_part(src[rd], q, raw[rd]);
+                i1[rd] = sm90s::fetch_entry(list, kBlockN + rows[rd], n);
+                i2[rd] = sm90s::fetch_entry(list, 2 * kBlockN + rows[rd], n);
+                fetch_part(src[rd], j, raw[rd]);
             }
         }
         for (int t = 0; t < n_tiles; t++) {
@@ -178,31 +191,39 @@ __device__ __forceinline__ void produce(const typename F::Params &p, unsigned ch
             unsigned char *buf = smem + (b ? kSmemK1 : kSmemK0);
 #pragma unroll
             for (int rd = 0; rd < 2; rd++) {
-                store_part(buf, rows[rd], q, raw[rd], src[rd], any);
+                store_part(buf, rows[rd], j, raw[rd], src[rd], any);
                 write_valid8(smem + kSmemMaskW + 8 * b, src[rd] != nullptr, pw, rd, lane);
+                if (t + 1 < n_tiles) {  // this round's rows of the next tile, in flight at once
+                    src[rd] = F::kv_row(p, i1[rd]);
+                    fetch_part(src[rd], j, raw[rd]);
+                    const unsigned char *pf = F::kv_row(p, i2[rd]);
+                    if (l2_prefetch && j == 0 && pf != nullptr) prefetch_l2_bulk(pf, kKvRowBytes);
+                    i1[rd] = i2[rd];
+                    i2[rd] = sm90s::fetch_entry(list, (t + 3) * kBlockN + rows[rd], n);
+                }
             }
             cp_async_mbarrier_arrive_noinc(bars + 8 * b);  // the RoPE
             fence_proxy_async_shared();
             mbar_arrive(bars + 8 * b);
-            if (t + 1 < n_tiles) {  // the next tile's rows, in flight during the next wait
-#pragma unroll
-                for (int rd = 0; rd < 2; rd++) {
-                    src[rd] = F::kv_row(p, nidx[rd]);
-                    nidx[rd] = sm90s::fetch_entry(list, (t + 2) * kBlockN + rows[rd], n);
-                    fetch_part(src[rd], q, raw[rd]);
-                }
-            }
         }
         cp_async_wait<0>();  // no cp.async left in flight at exit
     } else {
         // bf16 rows: warp pw copies rows [16 pw, +16), per instruction 4 rows x 8 chunks; lane
-        // (rl = lane / 8, ch = lane % 8) rows 16 pw + rl + 4 i. Indices a tile ahead.
+        // (rl = lane / 8, ch = lane % 8) rows 16 pw + rl + 4 i. Indices a tile ahead; lanes 0-15
+        // also hold row 16 pw + lane's index of this tile (vidx, the mask) and of the tile after
+        // next (pidx, the L2 prefetch).
         const int rl = lane >> 3, ch = lane & 7;
         const unsigned char *any = static_cast<const unsigned char *>(F::any(p));
-        int idx[4], vidx;
+        int idx[4];
 #pragma unroll
         for (int i = 0; i < 4; i++) idx[i] = sm90s::fetch_entry(list, pw * 16 + rl + 4 * i, n);
-        vidx = sm90s::fetch_entry(list, pw * 16 + (lane & 15), n);
+        int vidx = sm90s::fetch_entry(list, pw * 16 + (lane & 15), n);
+        int pidx = sm90s::fetch_entry(list, 2 * kBlockN + pw * 16 + (lane & 15), n);
+        if (l2_prefetch && lane < 16 && n_tiles > 1) {
+            const unsigned char *pf =
+                F::kv_row(p, sm90s::fetch_entry(list, kBlockN + pw * 16 + lane, n));
+            if (pf != nullptr) prefetch_l2_bulk(pf, F::kRowBytes);
+        }
         for (int t = 0; t < n_tiles; t++) {
             const int b = t & 1;
             if (t >= 2) mbarrier_wait_parity(bars + 16 + 8 * b, ((t >> 1) + 1) & 1);
@@ -228,6 +249,9 @@ __device__ __forceinline__ void produce(const typename F::Params &p, unsigned ch
                 for (int i = 0; i < 4; i++)
                     idx[i] = sm90s::fetch_entry(list, (t + 1) * kBlockN + pw * 16 + rl + 4 * i, n);
                 vidx = sm90s::fetch_entry(list, (t + 1) * kBlockN + pw * 16 + (lane & 15), n);
+                const unsigned char *pf = F::kv_row(p, pidx);
+                if (l2_prefetch && lane < 16 && pf != nullptr) prefetch_l2_bulk(pf, F::kRowBytes);
+                pidx = sm90s::fetch_entry(list, (t + 3) * kBlockN + pw * 16 + (lane & 15), n);
             }
         }
         cp_async_wait<0>();  // no cp.async left in flight at exit
