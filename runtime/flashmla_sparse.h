@@ -37,11 +37,18 @@ mla_status mla__flashmla_sparse_decode_sm90pp_build(const struct mla__spec *spec
 mla_status mla__flashmla_sparse_prefill_sm90ws_build(const struct mla__spec *spec,
                                                      char *name_expr, size_t size,
                                                      struct mla__launch_info *launch);
+/* "flashmla_sparse_decode_sm90x2" (no params): the warp-specialized decode with the two head
+ * blocks of a token (h_q > 64) in a cluster of 2 sharing the converted tiles. */
+mla_status mla__flashmla_sparse_decode_sm90x2_build(const struct mla__spec *spec,
+                                                    char *name_expr, size_t size,
+                                                    struct mla__launch_info *launch);
 /* The kind a sparse call on arch runs: the sm_90a wgmma kind on sm_90a (the prefill for d_qk 576
  * only) unless force is "portable" (the runtime's $MLAJIT_FLASHMLA_DECODE choice, read at
  * mla_runtime_create; may be NULL), else the portable kind; force "pingpong" (decode) or "ws"
- * (prefill) picks the other sm_90a structure. prefill: 0 decode, 1 prefill. */
-const char *mla__flashmla_sparse_kind(const char *arch, int prefill, int d_qk, const char *force);
+ * (prefill) picks the other sm_90a structure; "x2" runs the sm_90a decode at h_q > 64 on the CTA
+ * pair ("flashmla_sparse_decode_sm90x2"). prefill: 0 decode, 1 prefill. */
+const char *mla__flashmla_sparse_kind(const char *arch, int prefill, int d_qk, int h_q,
+                                      const char *force);
 /* The builder of a kind without parameters: checks that spec has none (note is added to the
  * message, "" or " (why)"), names kernel (a name expression) and sets the launch (threads,
  * dynamic_smem bytes, no cluster). */
@@ -49,6 +56,11 @@ mla_status mla__flashmla_sparse_build_fixed(const struct mla__spec *spec, const 
                                             const char *kernel, int threads, int dynamic_smem,
                                             char *name_expr, size_t size,
                                             struct mla__launch_info *launch);
+/* The same with a cluster of `cluster` CTAs along x. */
+mla_status mla__flashmla_sparse_build_cluster(const struct mla__spec *spec, const char *note,
+                                              const char *kernel, int threads, int dynamic_smem,
+                                              int cluster, char *name_expr, size_t size,
+                                              struct mla__launch_info *launch);
 
 /* mla_flash_with_kvcache and its shape helper when args->indices is set. */
 mla_status mla__flash_sparse_decode(mla_runtime *rt, const mla_flash_with_kvcache_args *args,

@@ -7,12 +7,15 @@
 #include "runtime/flashmla_sparse.h"
 #include "runtime/internal.h"
 
-const char *mla__flashmla_sparse_kind(const char *arch, int prefill, int d_qk, const char *force) {
+const char *mla__flashmla_sparse_kind(const char *arch, int prefill, int d_qk, int h_q,
+                                      const char *force) {
     int portable = force && !strcmp(force, "portable");
     const char *sm90 = prefill ? "flashmla_sparse_prefill_sm90" : "flashmla_sparse_decode_sm90";
     const mla__kernel_kind *kind = mla__kernel_kind_find(sm90);
     if (!portable && !strcmp(arch, kind->only_arch) && (!prefill || d_qk == 576)) {
         if (!prefill && force && !strcmp(force, "pingpong")) return "flashmla_sparse_decode_sm90pp";
+        if (!prefill && h_q > MLA__FLASHMLA_SPARSE_BLOCK_M && force && !strcmp(force, "x2"))
+            return "flashmla_sparse_decode_sm90x2";
         if (prefill && force && !strcmp(force, "ws")) return "flashmla_sparse_prefill_sm90ws";
         return sm90;
     }
@@ -23,6 +26,14 @@ mla_status mla__flashmla_sparse_build_fixed(const mla__spec *spec, const char *n
                                             const char *kernel, int threads, int dynamic_smem,
                                             char *name_expr, size_t size,
                                             mla__launch_info *launch) {
+    return mla__flashmla_sparse_build_cluster(spec, note, kernel, threads, dynamic_smem, 1,
+                                              name_expr, size, launch);
+}
+
+mla_status mla__flashmla_sparse_build_cluster(const mla__spec *spec, const char *note,
+                                              const char *kernel, int threads, int dynamic_smem,
+                                              int cluster, char *name_expr, size_t size,
+                                              mla__launch_info *launch) {
     MLA_ARG_CHECK(spec->n_params == 0, "%s: expected no parameters%s, got %d (first: %s)",
                   spec->kernel, note, spec->n_params, spec->n_params ? spec->params[0].name : "");
     int n = snprintf(name_expr, size, "%s", kernel);
@@ -30,7 +41,7 @@ mla_status mla__flashmla_sparse_build_fixed(const mla__spec *spec, const char *n
                         "%s: name expression buffer of %zu bytes too small", spec->kernel, size);
     launch->threads = threads;
     launch->dynamic_smem = dynamic_smem;
-    launch->cluster = 1;
+    launch->cluster = cluster;
     return MLA_OK;
 }
 

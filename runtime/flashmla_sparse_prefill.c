@@ -179,7 +179,7 @@ mla_status mla_flash_sparse_fwd(mla_runtime *runtime, const mla_flash_sparse_fwd
     p.l2_prefetch = runtime->flashmla_sparse_prefetch;
     /* The sm_90a kind's flat grid needs s_q * ceil(h_q / 64) <= 2^31 - 1 blocks. */
     const char *kind = mla__flashmla_sparse_kind(
-        runtime->arch, 1, d.d_qk,
+        runtime->arch, 1, d.d_qk, d.h_q,
         runtime->flashmla_decode_portable ? "portable" : runtime->flashmla_sparse_sm90);
     const int flat = strcmp(kind, "flashmla_sparse_prefill") != 0 &&
                      (long long)d.s_q * ((d.h_q + 63) / 64) <= 0x7fffffffLL;

@@ -311,7 +311,8 @@ struct mla_runtime {
                                       slower; off by default) */
     const char *flashmla_sparse_sm90; /* $MLAJIT_FLASHMLA_SPARSE_SM90 at create: "pingpong" (the
                                       sparse decode on the two-warpgroup kernel), "ws" (the sparse
-                                      prefill on the warp-specialized one), or NULL (defaults) */
+                                      prefill on the warp-specialized one), "x2" (the decode at
+                                      h_q > 64 on the CTA pair), or NULL (defaults) */
     pthread_mutex_t lock;          /* guards the table */
     pthread_mutex_t sources_lock;  /* guards sources */
     mla__table_slot *table;        /* open addressing, capacity a power of two */

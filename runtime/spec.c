@@ -51,6 +51,8 @@ static const mla__kernel_kind kinds[] = {
      mla__flashmla_sparse_decode_sm90pp_build, "sm_90a"},
     {"flashmla_sparse_prefill_sm90ws", "flashmla/sparse_prefill_sm90.cu", no_params,
      mla__flashmla_sparse_prefill_sm90ws_build, "sm_90a"},
+    {"flashmla_sparse_decode_sm90x2", "flashmla/sparse_decode_sm90.cu", no_params,
+     mla__flashmla_sparse_decode_sm90x2_build, "sm_90a"},
     {"fakequant_qdq", "fakequant/qdq.cu", fakequant_qdq_params, mla__fakequant_qdq_build},
     {"fakequant_decode", "fakequant/decode.cu", fakequant_decode_params,
      mla__fakequant_decode_build},

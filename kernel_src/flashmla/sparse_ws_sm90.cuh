@@ -55,8 +55,8 @@ constexpr int kSmemScale = kSmemS + kPieceBytes;
 constexpr int kSmemL = kSmemScale + kBlockM * 4;
 constexpr int kSmemMaskW = kSmemL + 2 * kBlockM * 4;
 constexpr int kSmemBarW = kSmemMaskW + 2 * 8;
-constexpr int kSmemUsedW = kSmemBarW + 4 * 8;
-static_assert(kSmemUsedW == 230192 && kSmemUsedW + 1024 <= sm90s::kSmemBytesS,
+constexpr int kSmemUsedW = kSmemBarW + 6 * 8;  // full 0, 1, free 0, 1, peer-full 0, 1
+static_assert(kSmemUsedW == 230208 && kSmemUsedW + 1024 <= sm90s::kSmemBytesS,
               "fits the sparse sm90 kinds' dynamic shared memory");
 static_assert(kSmemS % 1024 == 0, "sS swizzle atoms 1024-aligned");
 
@@ -82,6 +82,46 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 // mbarrier.arrive.shared::cta.b64 (release): one arrival.
 __device__ __forceinline__ void mbar_arrive(unsigned bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// The CTA pair (kPair: the two head blocks of an h_q 128 token in a cluster of 2): the peer's
+// shared::cluster address of a local shared address; an arrival on the peer's mbarrier
+// (release at cluster scope); a wait at cluster scope; st.async of 16 bytes into the peer's
+// shared memory completing 16 bytes on the peer's mbarrier; the cluster barrier; the fence that
+// publishes mbarrier.init to the cluster.
+__device__ __forceinline__ unsigned peer_addr(unsigned addr, unsigned rank) {
+    unsigned r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
+}
+__device__ __forceinline__ void mbar_arrive_peer(unsigned peer_bar) {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(peer_bar)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_wait_cluster(unsigned bar, unsigned parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAITC:\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAITC;\n"
+        "}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+__device__ __forceinline__ void st_async_peer(unsigned peer_addr16, uint4 v, unsigned peer_bar) {
+    asm volatile(
+        "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, "
+        "[%5];\n" ::"r"(peer_addr16),
+        "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(peer_bar)
+        : "memory");
+}
+__device__ __forceinline__ void cluster_sync_all() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n"
+                 "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void fence_mbarrier_init_cluster() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 
 // ld.global.nc.L1::no_allocate of 16 / 4 bytes (the cache rows: read-only during the kernel,
@@ -126,8 +166,11 @@ __device__ __forceinline__ void fetch_part(const unsigned char *src, int j, RawP
 // j + 4 i (columns 64 i + 16 j, scale i / 2) -> bf16 chunks 2 j, 2 j + 1 of piece i; and issues
 // the cp.async of the row's RoPE chunks j, j + 4 (src null: zero fill) to piece 8. The 8 lanes of
 // a store phase hold rows 2 g, 2 g + 1 (swizzles of opposite parity): conflict free.
-__device__ __forceinline__ void store_part(unsigned char *buf, int r, int j, const RawPart &raw,
-                                           const unsigned char *src, const void *any) {
+// kPeer: the bf16 chunks also go to the same place of the peer CTA's buffer (peer_buf: its
+// shared::cluster address), completing their bytes on peer_bar; the RoPE stays local.
+template <bool kPeer = false>
+__device__ __forceinline__ void store_nope(unsigned char *buf, int r, int j, const RawPart &raw,
+                                           unsigned peer_buf = 0, unsigned peer_bar = 0) {
     unsigned char *row = buf + r * 128;
     const int sw = r & 7;
     const float sc[4] = {raw.sc.x, raw.sc.y, raw.sc.z, raw.sc.w};
@@ -135,14 +178,30 @@ __device__ __forceinline__ void store_part(unsigned char *buf, int r, int j, con
     for (int i = 0; i < 8; i++) {
         uint4 lo, hi;
         dequant16(raw.nope[i], sc[i >> 1], lo, hi);
-        unsigned char *pc = row + i * kPieceBytes;
-        *reinterpret_cast<uint4 *>(pc + (((2 * j) ^ sw) << 4)) = lo;
-        *reinterpret_cast<uint4 *>(pc + (((2 * j + 1) ^ sw) << 4)) = hi;
+        const int off = i * kPieceBytes + r * 128;
+        const int o_lo = off + (((2 * j) ^ sw) << 4), o_hi = off + (((2 * j + 1) ^ sw) << 4);
+        *reinterpret_cast<uint4 *>(buf + o_lo) = lo;
+        *reinterpret_cast<uint4 *>(buf + o_hi) = hi;
+        if constexpr (kPeer) {
+            st_async_peer(peer_buf + o_lo, lo, peer_bar);
+            st_async_peer(peer_buf + o_hi, hi, peer_bar);
+        }
     }
+    (void)row;
+}
+__device__ __forceinline__ void store_rope(unsigned char *buf, int r, int j,
+                                           const unsigned char *src, const void *any) {
+    unsigned char *row = buf + r * 128;
+    const int sw = r & 7;
 #pragma unroll
     for (int k = 0; k < 2; k++)
         cp_async_16(smem_addr(row + 8 * kPieceBytes + (((j + 4 * k) ^ sw) << 4)),
                     src ? src + kFp8RopeOff + 16 * (j + 4 * k) : any, src != nullptr);
+}
+__device__ __forceinline__ void store_part(unsigned char *buf, int r, int j, const RawPart &raw,
+                                           const unsigned char *src, const void *any) {
+    store_nope(buf, r, j, raw);
+    store_rope(buf, r, j, src, any);
 }
 
 // Writes the validity byte of rows 16 pw + 8 rd + [0, 8): lane 4 k holds row 16 pw + 8 rd + k.
@@ -258,6 +317,77 @@ __device__ __forceinline__ void produce(const typename F::Params &p, unsigned ch
     }
 }
 
+// The producer of CTA c of a pair (fp8 rows): it converts round c (rows 16 pw + 8 c + lane / 4)
+// of every tile into its own buffer and, by st.async, the peer's (which converts the other
+// round), so each row is gathered and converted once for both head blocks; the RoPE and the
+// validity mask of all 64 rows it writes locally. With half the rows per thread it keeps two
+// tiles in registers (raw[t % 2]): tile t + 2's loads are issued as soon as tile t is stored.
+// Buffer b is free for tile t once both CTAs' consumers released tile t - 2 (free[b] counts the
+// 8 consumer warps of each CTA); the peer's bytes complete this CTA's peer-full[b], whose
+// expected bytes this producer posts after that wait.
+template <class F>
+__device__ __forceinline__ void produce_step(const typename F::Params &p, unsigned char *smem,
+                                             unsigned peer_base, int t, int n_tiles, int n,
+                                             const int *list, const int (&rows)[2], int c,
+                                             int j, int wt, RawPart &raw,
+                                             const unsigned char *(&src)[2], int (&inext)[2]) {
+    const int lane = wt & 31, pw = wt >> 5, b = t & 1;
+    const unsigned base = smem_addr(smem), bars = base + kSmemBarW;
+    if (t >= 2) mbar_wait_cluster(bars + 16 + 8 * b, ((t >> 1) + 1) & 1);
+    if (wt == 0) mbarrier_arrive_expect_tx(bars + 32 + 8 * b, 32 * 8 * kPieceBytes / kBlockM);
+    const int buf_off = b ? kSmemK1 : kSmemK0;
+    store_nope<true>(smem + buf_off, rows[0] + 8 * c, j, raw, peer_base + buf_off,
+                     peer_base + kSmemBarW + 32 + 8 * b);
+#pragma unroll
+    for (int rd = 0; rd < 2; rd++) {
+        store_rope(smem + buf_off, rows[rd], j, src[rd], F::any(p));
+        write_valid8(smem + kSmemMaskW + 8 * b, src[rd] != nullptr, pw, rd, lane);
+    }
+    cp_async_mbarrier_arrive_noinc(bars + 8 * b);  // the RoPE
+    fence_proxy_async_shared();
+    mbar_arrive(bars + 8 * b);
+    if (t + 2 < n_tiles) {  // tile t + 2 into these registers
+#pragma unroll
+        for (int rd = 0; rd < 2; rd++) {
+            src[rd] = F::kv_row(p, inext[rd]);
+            inext[rd] = sm90s::fetch_entry(list, (t + 3) * kBlockN + rows[rd], n);
+        }
+        fetch_part(c ? src[1] : src[0], j, raw);
+    }
+}
+
+template <class F>
+__device__ __forceinline__ void produce_pair(const typename F::Params &p, unsigned char *smem,
+                                             int token, int c, int wt) {
+    static_assert(F::kFp8, "the pair shares converted fp8 tiles");
+    const int lane = wt & 31, pw = wt >> 5, j = lane & 3;
+    const int *list = F::list(p, token);
+    const int n = F::count(p, token), n_tiles = (n + kBlockN - 1) / kBlockN;
+    const unsigned peer_base = peer_addr(smem_addr(smem), (unsigned)(c ^ 1));
+    const int rows[2] = {pw * 16 + (lane >> 2), pw * 16 + 8 + (lane >> 2)};
+    RawPart raw[2];
+    const unsigned char *src[2][2];
+    int inext[2];
+#pragma unroll
+    for (int tp = 0; tp < 2; tp++) {
+#pragma unroll
+        for (int rd = 0; rd < 2; rd++)
+            src[tp][rd] = F::kv_row(p, sm90s::fetch_entry(list, tp * kBlockN + rows[rd], n));
+        if (tp < n_tiles) fetch_part(c ? src[tp][1] : src[tp][0], j, raw[tp]);
+    }
+#pragma unroll
+    for (int rd = 0; rd < 2; rd++)
+        inext[rd] = sm90s::fetch_entry(list, 2 * kBlockN + rows[rd], n);
+    for (int t = 0; t < n_tiles; t += 2) {
+        produce_step<F>(p, smem, peer_base, t, n_tiles, n, list, rows, c, j, wt, raw[0], src[0],
+                        inext);
+        if (t + 1 < n_tiles)
+            produce_step<F>(p, smem, peer_base, t + 1, n_tiles, n, list, rows, c, j, wt, raw[1],
+                            src[1], inext);
+    }
+    cp_async_wait<0>();  // no cp.async left in flight
+}
+
 // Scales S to base-2 logits and masks the invalid keys (bit c of mask: key c valid); key c of
 // the thread's S is 8 j + 2 (lane % 4) + e % 2.
 __device__ __forceinline__ void scale_mask_bits(float (&s)[8][4], unsigned long long mask,
@@ -279,10 +409,36 @@ __device__ __forceinline__ void scale_mask_bits(float (&s)[8][4], unsigned long 
         }
 }
 
+// A consumer warpgroup is done with buffer b: one arrival per thread on free[b]; in a pair one
+// per warp on free[b] of both CTAs.
+template <bool kPair>
+__device__ __forceinline__ void release(unsigned bars, int b, unsigned peer_bars, int lane) {
+    if constexpr (kPair) {
+        __syncwarp();
+        if (lane == 0) {
+            mbar_arrive(bars + 16 + 8 * b);
+            mbar_arrive_peer(peer_bars + 16 + 8 * b);
+        }
+    } else {
+        mbar_arrive(bars + 16 + 8 * b);
+    }
+}
+
+// Waits for tile t in buffer b (and, in a pair, the peer's half of it).
+template <bool kPair>
+__device__ __forceinline__ void wait_full(unsigned bars, int b, int t) {
+    if constexpr (kPair) {
+        mbar_wait_cluster(bars + 8 * b, (t >> 1) & 1);
+        mbar_wait_cluster(bars + 32 + 8 * b, (t >> 1) & 1);
+    } else {
+        mbarrier_wait_parity(bars + 8 * b, (t >> 1) & 1);
+    }
+}
+
 // Warpgroup 0 (wt: thread in it; wm its warp): S, softmax, P V_L.
-template <class F>
+template <class F, bool kPair>
 __device__ __forceinline__ void consume0(const typename F::Params &p, unsigned char *smem,
-                                         int token, int m, int wt) {
+                                         int token, int m, int wt, unsigned peer_bars) {
     using namespace sm90;
     const int lane = wt & 31, wm = wt >> 5;
     const unsigned base = smem_addr(smem);
@@ -312,7 +468,7 @@ __device__ __forceinline__ void consume0(const typename F::Params &p, unsigned c
     fence_proxy_async_shared();
     named_barrier_sync(kBarQ, kWgThreads);
     if (n_tiles > 0) {
-        mbarrier_wait_parity(bars, 0);
+        wait_full<kPair>(bars, 0, 0);
         wgmma_fence();
         sm90s::qk_pieces<0, kPieces>(s, q, k0);
         wgmma_commit_group();
@@ -344,7 +500,7 @@ __device__ __forceinline__ void consume0(const typename F::Params &p, unsigned c
         pv_issue_rs<false>(o, pa, b ? k1 : k0, 0);
         wgmma_commit_group();
         if (t + 1 < n_tiles) {  // QK(t + 1) queued behind P V_L(t)
-            mbarrier_wait_parity(bars + 8 * (b ^ 1), ((t + 1) >> 1) & 1);
+            wait_full<kPair>(bars, b ^ 1, t + 1);
             wgmma_fence();
             sm90s::qk_pieces<0, kPieces>(s, q, b ? k0 : k1);
             wgmma_commit_group();
@@ -353,7 +509,7 @@ __device__ __forceinline__ void consume0(const typename F::Params &p, unsigned c
             wgmma_wait_group<0>();
         }
         reg_fence(o);
-        mbar_arrive(bars + 16 + 8 * b);  // V_L of buffer b consumed
+        release<kPair>(bars, b, peer_bars, lane);  // V_L of buffer b consumed
     }
     wgmma_wait_group<0>();  // (nothing in flight: tells ptxas so for the paths it cannot follow)
     reg_fence(s);
@@ -369,9 +525,9 @@ __device__ __forceinline__ void consume0(const typename F::Params &p, unsigned c
 }
 
 // Warpgroup 1: O_R scaled by sScale, += sS V_R.
-template <class F>
+template <class F, bool kPair>
 __device__ __forceinline__ void consume1(const typename F::Params &p, unsigned char *smem,
-                                         int token, int m, int wt) {
+                                         int token, int m, int wt, unsigned peer_bars) {
     using namespace sm90;
     const int lane = wt & 31, wm = wt >> 5;
     const unsigned base = smem_addr(smem);
@@ -387,7 +543,7 @@ __device__ __forceinline__ void consume1(const typename F::Params &p, unsigned c
         const int b = t & 1;
         named_barrier_sync(kBarSReady, 2 * kWgThreads);
         // Already complete (WG0 waited for it): orders the producer's tile for this warpgroup.
-        mbarrier_wait_parity(bars + 8 * b, (t >> 1) & 1);
+        wait_full<kPair>(bars, b, t);
         const float f[2] = {sscale[r0], sscale[r0 + 8]};
         scale_o(o, f);
         wgmma_fence();
@@ -395,7 +551,7 @@ __device__ __forceinline__ void consume1(const typename F::Params &p, unsigned c
         wgmma_commit_group();
         wgmma_wait_group<0>();
         reg_fence(o);
-        mbar_arrive(bars + 16 + 8 * b);  // V_R of buffer b consumed
+        release<kPair>(bars, b, peer_bars, lane);  // V_R of buffer b consumed
         if (t + 1 < n_tiles) named_barrier_arrive(kBarSFree, 2 * kWgThreads);
     }
     named_barrier_sync(kBarLReady, 2 * kWgThreads);
@@ -405,8 +561,9 @@ __device__ __forceinline__ void consume1(const typename F::Params &p, unsigned c
 }
 
 // The body of the warp-specialized kernels: the CTA of a flat grid (token major, ceil(h_q / 64)
-// CTAs a token) on the dynamic shared memory, aligned to 1024 bytes.
-template <class F>
+// CTAs a token) on the dynamic shared memory, aligned to 1024 bytes. kPair (fp8, h_q > 64, a
+// cluster of 2 along x: CTA rank m of token x / 2): the two head blocks share the converted tiles.
+template <class F, bool kPair = false>
 __device__ __forceinline__ void attend_cta_ws(const typename F::Params &p) {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
@@ -415,23 +572,33 @@ __device__ __forceinline__ void attend_cta_ws(const typename F::Params &p) {
     const unsigned bars = smem_addr(smem) + kSmemBarW;
     if (threadIdx.x == 0) {
         // full: the producer's 128 threads and their 128 cp.async arrivals; free: the 256
-        // consumer threads.
+        // consumer threads (pair: the 8 consumer warps of each CTA); peer-full: this CTA's
+        // producer posting the peer's bytes.
         mbarrier_init(bars, 256);
         mbarrier_init(bars + 8, 256);
-        mbarrier_init(bars + 16, 256);
-        mbarrier_init(bars + 24, 256);
+        mbarrier_init(bars + 16, kPair ? 16 : 256);
+        mbarrier_init(bars + 24, kPair ? 16 : 256);
+        mbarrier_init(bars + 32, 1);
+        mbarrier_init(bars + 40, 1);
+        if (kPair) fence_mbarrier_init_cluster();
     }
-    __syncthreads();
+    if constexpr (kPair) cluster_sync_all();  // the peer's barriers exist before any remote use
+    else __syncthreads();
+    const unsigned peer_bars = kPair ? peer_addr(bars, (unsigned)(m ^ 1)) : 0u;
     const int wg = threadIdx.x >> 7, wt = threadIdx.x & 127;
     if (wg == 2) {
         setmaxnreg_dec<kRegsP>();
-        produce<F>(p, smem, token, wt);
+        if constexpr (kPair) produce_pair<F>(p, smem, token, m, wt);
+        else produce<F>(p, smem, token, wt);
     } else if (wg == 0) {
         setmaxnreg_inc<kRegs0>();
-        consume0<F>(p, smem, token, m, wt);
+        consume0<F, kPair>(p, smem, token, m, wt, peer_bars);
     } else {
-        consume1<F>(p, smem, token, m, wt);
+        consume1<F, kPair>(p, smem, token, m, wt, peer_bars);
     }
+    // No CTA of a pair leaves while its peer may still write into its shared memory or arrive on
+    // its barriers.
+    if constexpr (kPair) cluster_sync_all();
 }
 
 }  // namespace ws
