@@ -24,6 +24,15 @@ mla_status mla__flashmla_sparse_decode_build(const mla__spec *spec, char *name_e
 mla_status mla__flashmla_sparse_decode_sm90_build(const mla__spec *spec, char *name_expr,
                                                   size_t size, mla__launch_info *launch) {
     return mla__flashmla_sparse_build_fixed(spec, "",
+                                            "mla::flashmla::sparse::sparse_decode_sm90_kernel<0>",
+                                            MLA__FLASHMLA_SPARSE_THREADS,
+                                            MLA__FLASHMLA_SPARSE_SM90_SMEM, name_expr, size,
+                                            launch);
+}
+
+mla_status mla__flashmla_sparse_decode_sm90ws_build(const mla__spec *spec, char *name_expr,
+                                                    size_t size, mla__launch_info *launch) {
+    return mla__flashmla_sparse_build_fixed(spec, "",
                                             "mla::flashmla::sparse::sparse_decode_sm90_kernel<1>",
                                             MLA__FLASHMLA_SPARSE_WS_THREADS,
                                             MLA__FLASHMLA_SPARSE_SM90_SMEM, name_expr, size,
@@ -36,15 +45,6 @@ mla_status mla__flashmla_sparse_decode_sm90x2_build(const mla__spec *spec, char 
         spec, "", "mla::flashmla::sparse::sparse_decode_sm90_kernel<2>",
         MLA__FLASHMLA_SPARSE_WS_THREADS, MLA__FLASHMLA_SPARSE_SM90_SMEM, 2, name_expr, size,
         launch);
-}
-
-mla_status mla__flashmla_sparse_decode_sm90pp_build(const mla__spec *spec, char *name_expr,
-                                                    size_t size, mla__launch_info *launch) {
-    return mla__flashmla_sparse_build_fixed(spec, "",
-                                            "mla::flashmla::sparse::sparse_decode_sm90_kernel<0>",
-                                            MLA__FLASHMLA_SPARSE_THREADS,
-                                            MLA__FLASHMLA_SPARSE_SM90_SMEM, name_expr, size,
-                                            launch);
 }
 
 /* Everything the checks learn about a call. */

@@ -10,13 +10,13 @@
 const char *mla__flashmla_sparse_kind(const char *arch, int prefill, int d_qk, int h_q,
                                       const char *force) {
     int portable = force && !strcmp(force, "portable");
+    int pingpong = force && !strcmp(force, "pingpong"), ws = force && !strcmp(force, "ws");
     const char *sm90 = prefill ? "flashmla_sparse_prefill_sm90" : "flashmla_sparse_decode_sm90";
     const mla__kernel_kind *kind = mla__kernel_kind_find(sm90);
     if (!portable && !strcmp(arch, kind->only_arch) && (!prefill || d_qk == 576)) {
-        if (!prefill && force && !strcmp(force, "pingpong")) return "flashmla_sparse_decode_sm90pp";
-        if (!prefill && h_q > MLA__FLASHMLA_SPARSE_BLOCK_M && force && !strcmp(force, "x2"))
-            return "flashmla_sparse_decode_sm90x2";
-        if (prefill && force && !strcmp(force, "ws")) return "flashmla_sparse_prefill_sm90ws";
+        if (prefill) return pingpong ? "flashmla_sparse_prefill_sm90pp" : sm90;
+        if (ws) return "flashmla_sparse_decode_sm90ws";
+        if (!pingpong && h_q > MLA__FLASHMLA_SPARSE_BLOCK_M) return "flashmla_sparse_decode_sm90x2";
         return sm90;
     }
     return prefill ? "flashmla_sparse_prefill" : "flashmla_sparse_decode";

@@ -309,10 +309,9 @@ struct mla_runtime {
     int flashmla_sparse_prefetch;  /* $MLAJIT_FLASHMLA_SPARSE_PREFETCH was "1" at create: the
                                       sm_90a sparse kernels prefetch gathered rows to L2 (measured
                                       slower; off by default) */
-    const char *flashmla_sparse_sm90; /* $MLAJIT_FLASHMLA_SPARSE_SM90 at create: "pingpong" (the
-                                      sparse decode on the two-warpgroup kernel), "ws" (the sparse
-                                      prefill on the warp-specialized one), "x2" (the decode at
-                                      h_q > 64 on the CTA pair), or NULL (defaults) */
+    const char *flashmla_sparse_sm90; /* $MLAJIT_FLASHMLA_SPARSE_SM90 at create: "pingpong" or
+                                      "ws" (the sm_90a sparse kernels of one structure, for
+                                      comparisons), or NULL (the defaults) */
     pthread_mutex_t lock;          /* guards the table */
     pthread_mutex_t sources_lock;  /* guards sources */
     mla__table_slot *table;        /* open addressing, capacity a power of two */
