@@ -14,7 +14,8 @@
 //
 // Tile t lives in buffer b = t % 2 (K0, K1). Per tile:
 //   producer: waits free[b] (t >= 2), writes the bf16 tile and its validity byte-mask, fences,
-//             arrives on full[b] (128 arrivals plus 128 cp.async noinc ones: the RoPE, or the bf16 rows).
+//             arrives on full[b] (128 arrivals plus 128 cp.async noinc ones: the RoPE, or
+//             the bf16 rows).
 //   WG0:      waits full[b] (before issuing QK(t), at the end of tile t - 1), S -> softmax; waits
 //             S_FREE (WG1 done with sS of tile t - 1), writes sS and sScale, arrives S_READY;
 //             issues P V_L, then QK(t + 1) behind it, retires P V_L (wait_group 1), arrives
@@ -22,19 +23,28 @@
 //   WG1:      waits S_READY, scales O_R, sS V_R, arrives free[b] and S_FREE.
 // So the producer fills tile t + 2 while the consumers work on tile t + 1, and QK(t + 1) queues
 // on the tensor cores behind P V(t) without a round trip through the softmax.
-// fp8 rows: the producer holds the raw bytes of the next tile in registers (loaded as soon as the
-// previous tile is stored, so the gather's latency runs under the wait for the free buffer):
-// lane (q = lane / 8, r8 = lane % 8) of producer warp w takes e4m3 columns [128 q, +128), scale q
-// and RoPE chunks 2 q, 2 q + 1 of rows 16 w + 8 rd + r8 (rd = 0, 1); each 16 e4m3 values become
-// two 16-byte bf16 chunks (dequant16: the scale in fp32, then rounded), stored to the swizzled
-// tile (8 rows per 8-lane phase: conflict free). bf16 rows: cp.async of whole 128-byte lines.
-// Validity: bit r of the buffer's 64-bit mask = row r valid (an invalid entry is never read, its
-// row zero); WG0 masks its S with it.
+// fp8 rows: the producer holds the raw bytes of the next tile in registers (each round's loads
+// issued right after that round of the current tile is stored): lane (row 16 w + 8 rd + lane / 4,
+// part j = lane % 4) of producer warp w reads e4m3 chunks j + 4 i (i = 0..7; the 4 lanes of a row
+// read 64 contiguous bytes per instruction) and the row's 4 scales; each 16 e4m3 values become
+// two 16-byte bf16 chunks (dequant16: the scale in fp32, then rounded) of piece i, stored to the
+// swizzled tile (a store phase holds two rows of opposite swizzle parity: conflict free); the
+// RoPE goes by cp.async. bf16 rows: cp.async of whole 128-byte lines. Validity: bit r of the
+// buffer's 64-bit mask = row r valid (an invalid entry is never read, its row zero); WG0 masks
+// its S with it. Optional (F::prefetch): an L2 prefetch of the rows of the tile after next.
+// The CTA pair (kPair, fp8, h_q > 64; a cluster of 2 along x, CTA rank m = the head block): the
+// producer of CTA c converts round c of every tile (half the rows) into its own buffer and, by
+// st.async completing bytes on the peer's peer-full[b] (32768 bytes a tile, which the peer's
+// producer posts with expect_tx after its own free wait), into the peer's; the RoPE and the mask
+// of all 64 rows it writes locally. With one round per thread it keeps two tiles in registers
+// (tile t + 2's loads issued when tile t is stored). free[b] then counts the 8 consumer warps of
+// both CTAs (lane 0 of each arrives on both, release at cluster scope); the consumers wait full[b]
+// and peer-full[b]; cluster barriers after the mbarrier init and before exit.
 //
 // Shared memory (from a 1024-aligned base): Q 0 (73728, all 9 pieces), K0 73728, K1 147456 (the
 // 64 x 576 tile layout of decode_sm90.cu), sS 221184 (8192), sScale 229376 (64 floats), sL
 // 229632 (l, m: 2 x 64 floats), masks 230144 (2 x 8 bytes), mbarriers 230160 (full 0, 1, free
-// 0, 1): 230192 bytes, within the ping-pong kernel's 231488 (+ 1024 alignment).
+// 0, 1, peer-full 0, 1): 230208 bytes, within the ping-pong kernel's 231488 (+ 1024 alignment).
 #pragma once
 
 #include "flashmla/sparse_sm90.cuh"
