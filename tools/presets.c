@@ -71,7 +71,6 @@ static const char *const flashmla_sparse[] = {
     "{\"kernel\": \"flashmla_sparse_prefill\", \"d_qk\": 576}",
     "{\"kernel\": \"flashmla_sparse_prefill\", \"d_qk\": 512}",
     "{\"kernel\": \"flashmla_sparse_decode_sm90\"}",
-    "{\"kernel\": \"flashmla_sparse_decode_sm90x2\"}",
     "{\"kernel\": \"flashmla_sparse_prefill_sm90\"}",
     NULL,
 };
