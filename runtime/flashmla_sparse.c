@@ -47,6 +47,14 @@ mla_status mla__flashmla_sparse_decode_sm90x2_build(const mla__spec *spec, char 
         launch);
 }
 
+mla_status mla__flashmla_sparse_decode_sm90x2c_build(const mla__spec *spec, char *name_expr,
+                                                     size_t size, mla__launch_info *launch) {
+    return mla__flashmla_sparse_build_cluster(
+        spec, "", "mla::flashmla::sparse::sparse_decode_sm90_kernel<3>",
+        MLA__FLASHMLA_SPARSE_WS_THREADS, MLA__FLASHMLA_SPARSE_SM90_SMEM, 2, name_expr, size,
+        launch);
+}
+
 /* Everything the checks learn about a call. */
 typedef struct sdims {
     int b, s_q, h_q, topk, page;

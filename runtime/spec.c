@@ -47,6 +47,8 @@ static const mla__kernel_kind kinds[] = {
      mla__flashmla_sparse_decode_sm90_build, "sm_90a"},
     {"flashmla_sparse_decode_sm90x2", "flashmla/sparse_decode_sm90.cu", no_params,
      mla__flashmla_sparse_decode_sm90x2_build, "sm_90a"},
+    {"flashmla_sparse_decode_sm90x2c", "flashmla/sparse_decode_sm90.cu", no_params,
+     mla__flashmla_sparse_decode_sm90x2c_build, "sm_90a"},
     {"flashmla_sparse_decode_sm90ws", "flashmla/sparse_decode_sm90.cu", no_params,
      mla__flashmla_sparse_decode_sm90ws_build, "sm_90a"},
     {"flashmla_sparse_prefill_sm90", "flashmla/sparse_prefill_sm90.cu", no_params,

@@ -44,14 +44,15 @@ struct DecodeFamily90 {
     }
 };
 
-// kWs 1: the warp-specialized kernel (sparse_ws_sm90.cuh, 384 threads; "flashmla_sparse_decode_sm90");
-// 2: the same with the two head blocks of a token in a cluster sharing the converted tiles (h_q
-// > 64; "flashmla_sparse_decode_sm90x2"); 0: the two-warpgroup ping-pong kernel (sparse_sm90.cuh,
-// 256; "flashmla_sparse_decode_sm90pp").
+// kWs 0: the two-warpgroup ping-pong kernel (sparse_sm90.cuh, 256 threads;
+// "flashmla_sparse_decode_sm90"); 1: the warp-specialized kernel (sparse_ws_sm90.cuh, 384;
+// "flashmla_sparse_decode_sm90ws"); 2, 3: the same with the two head blocks of a token (h_q > 64)
+// in a cluster sharing the converted tiles, cluster-scope / CTA-scope barrier semantics
+// ("flashmla_sparse_decode_sm90x2", "flashmla_sparse_decode_sm90x2c").
 template <int kWs>
 __global__ void __launch_bounds__(kWs ? ws::kThreadsWs : kThreads, 1)
     sparse_decode_sm90_kernel(const __grid_constant__ SparseDecodeParams p) {
-    if constexpr (kWs == 2) ws::attend_cta_ws<DecodeFamily90, true>(p);
+    if constexpr (kWs >= 2) ws::attend_cta_ws<DecodeFamily90, kWs - 1>(p);
     else if constexpr (kWs == 1) ws::attend_cta_ws<DecodeFamily90>(p);
     else sm90s::attend_cta<DecodeFamily90>(p);
 }

@@ -126,6 +126,24 @@ __device__ __forceinline__ void st_async_peer(unsigned peer_addr16, uint4 v, uns
         "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(peer_bar)
         : "memory");
 }
+// kPair 1: the waits on barriers that the peer completes (free, peer-full) acquire at cluster
+// scope and the arrivals on the peer's free release at cluster scope (ptxas: each wait is
+// followed by CCTL.IVALL, each arrival preceded by MEMBAR.ALL.GPU); kPair 2: CTA scope, as
+// CUTLASS's cluster pipelines (the peer's bytes are tracked by the transaction count; the
+// arrival on the peer's free only has to follow the warp's completed wgmma reads).
+__device__ __forceinline__ void mbar_arrive_peer_cta(unsigned peer_bar) {
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(peer_bar) : "memory");
+}
+template <int kPair>
+__device__ __forceinline__ void pair_wait(unsigned bar, unsigned parity) {
+    if constexpr (kPair == 1) mbar_wait_cluster(bar, parity);
+    else mbarrier_wait_parity(bar, parity);
+}
+template <int kPair>
+__device__ __forceinline__ void pair_arrive_peer(unsigned peer_bar) {
+    if constexpr (kPair == 1) mbar_arrive_peer(peer_bar);
+    else mbar_arrive_peer_cta(peer_bar);
+}
 __device__ __forceinline__ void cluster_sync_all() {
     asm volatile("barrier.cluster.arrive.release.aligned;\n"
                  "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
@@ -335,7 +353,7 @@ __device__ __forceinline__ void produce(const typename F::Params &p, unsigned ch
 // Buffer b is free for tile t once both CTAs' consumers released tile t - 2 (free[b] counts the
 // 8 consumer warps of each CTA); the peer's bytes complete this CTA's peer-full[b], whose
 // expected bytes this producer posts after that wait.
-template <class F>
+template <class F, int kPair>
 __device__ __forceinline__ void produce_step(const typename F::Params &p, unsigned char *smem,
                                              unsigned peer_base, int t, int n_tiles, int n,
                                              const int *list, const int (&rows)[2], int c,
@@ -343,7 +361,7 @@ __device__ __forceinline__ void produce_step(const typename F::Params &p, unsign
                                              const unsigned char *(&src)[2], int (&inext)[2]) {
     const int lane = wt & 31, pw = wt >> 5, b = t & 1;
     const unsigned base = smem_addr(smem), bars = base + kSmemBarW;
-    if (t >= 2) mbar_wait_cluster(bars + 16 + 8 * b, ((t >> 1) + 1) & 1);
+    if (t >= 2) pair_wait<kPair>(bars + 16 + 8 * b, ((t >> 1) + 1) & 1);
     if (wt == 0) mbarrier_arrive_expect_tx(bars + 32 + 8 * b, 32 * 8 * kPieceBytes / kBlockM);
     const int buf_off = b ? kSmemK1 : kSmemK0;
     store_nope<true>(smem + buf_off, rows[0] + 8 * c, j, raw, peer_base + buf_off,
@@ -366,7 +384,7 @@ __device__ __forceinline__ void produce_step(const typename F::Params &p, unsign
     }
 }
 
-template <class F>
+template <class F, int kPair>
 __device__ __forceinline__ void produce_pair(const typename F::Params &p, unsigned char *smem,
                                              int token, int c, int wt) {
     static_assert(F::kFp8, "the pair shares converted fp8 tiles");
@@ -389,10 +407,10 @@ __device__ __forceinline__ void produce_pair(const typename F::Params &p, unsign
     for (int rd = 0; rd < 2; rd++)
         inext[rd] = sm90s::fetch_entry(list, 2 * kBlockN + rows[rd], n);
     for (int t = 0; t < n_tiles; t += 2) {
-        produce_step<F>(p, smem, peer_base, t, n_tiles, n, list, rows, c, j, wt, raw[0], src[0],
+        produce_step<F, kPair>(p, smem, peer_base, t, n_tiles, n, list, rows, c, j, wt, raw[0], src[0],
                         inext);
         if (t + 1 < n_tiles)
-            produce_step<F>(p, smem, peer_base, t + 1, n_tiles, n, list, rows, c, j, wt, raw[1],
+            produce_step<F, kPair>(p, smem, peer_base, t + 1, n_tiles, n, list, rows, c, j, wt, raw[1],
                             src[1], inext);
     }
     cp_async_wait<0>();  // no cp.async left in flight
@@ -421,13 +439,13 @@ __device__ __forceinline__ void scale_mask_bits(float (&s)[8][4], unsigned long 
 
 // A consumer warpgroup is done with buffer b: one arrival per thread on free[b]; in a pair one
 // per warp on free[b] of both CTAs.
-template <bool kPair>
+template <int kPair>
 __device__ __forceinline__ void release(unsigned bars, int b, unsigned peer_bars, int lane) {
     if constexpr (kPair) {
         __syncwarp();
         if (lane == 0) {
             mbar_arrive(bars + 16 + 8 * b);
-            mbar_arrive_peer(peer_bars + 16 + 8 * b);
+            pair_arrive_peer<kPair>(peer_bars + 16 + 8 * b);
         }
     } else {
         mbar_arrive(bars + 16 + 8 * b);
@@ -435,18 +453,18 @@ __device__ __forceinline__ void release(unsigned bars, int b, unsigned peer_bars
 }
 
 // Waits for tile t in buffer b (and, in a pair, the peer's half of it).
-template <bool kPair>
+template <int kPair>
 __device__ __forceinline__ void wait_full(unsigned bars, int b, int t) {
     if constexpr (kPair) {
-        mbar_wait_cluster(bars + 8 * b, (t >> 1) & 1);
-        mbar_wait_cluster(bars + 32 + 8 * b, (t >> 1) & 1);
+        pair_wait<kPair>(bars + 8 * b, (t >> 1) & 1);
+        pair_wait<kPair>(bars + 32 + 8 * b, (t >> 1) & 1);
     } else {
         mbarrier_wait_parity(bars + 8 * b, (t >> 1) & 1);
     }
 }
 
 // Warpgroup 0 (wt: thread in it; wm its warp): S, softmax, P V_L.
-template <class F, bool kPair>
+template <class F, int kPair>
 __device__ __forceinline__ void consume0(const typename F::Params &p, unsigned char *smem,
                                          int token, int m, int wt, unsigned peer_bars) {
     using namespace sm90;
@@ -535,7 +553,7 @@ __device__ __forceinline__ void consume0(const typename F::Params &p, unsigned c
 }
 
 // Warpgroup 1: O_R scaled by sScale, += sS V_R.
-template <class F, bool kPair>
+template <class F, int kPair>
 __device__ __forceinline__ void consume1(const typename F::Params &p, unsigned char *smem,
                                          int token, int m, int wt, unsigned peer_bars) {
     using namespace sm90;
@@ -572,8 +590,9 @@ __device__ __forceinline__ void consume1(const typename F::Params &p, unsigned c
 
 // The body of the warp-specialized kernels: the CTA of a flat grid (token major, ceil(h_q / 64)
 // CTAs a token) on the dynamic shared memory, aligned to 1024 bytes. kPair (fp8, h_q > 64, a
-// cluster of 2 along x: CTA rank m of token x / 2): the two head blocks share the converted tiles.
-template <class F, bool kPair = false>
+// cluster of 2 along x: CTA rank m of token x / 2): the two head blocks share the converted
+// tiles; 1 with cluster-scope waits and arrivals, 2 with CTA-scope ones (pair_wait).
+template <class F, int kPair = 0>
 __device__ __forceinline__ void attend_cta_ws(const typename F::Params &p) {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
@@ -598,7 +617,7 @@ __device__ __forceinline__ void attend_cta_ws(const typename F::Params &p) {
     const int wg = threadIdx.x >> 7, wt = threadIdx.x & 127;
     if (wg == 2) {
         setmaxnreg_dec<kRegsP>();
-        if constexpr (kPair) produce_pair<F>(p, smem, token, m, wt);
+        if constexpr (kPair) produce_pair<F, kPair>(p, smem, token, m, wt);
         else produce<F>(p, smem, token, wt);
     } else if (wg == 0) {
         setmaxnreg_inc<kRegs0>();
