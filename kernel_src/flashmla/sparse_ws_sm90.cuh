@@ -38,8 +38,10 @@
 // producer posts with expect_tx after its own free wait), into the peer's; the RoPE and the mask
 // of all 64 rows it writes locally. With one round per thread it keeps two tiles in registers
 // (tile t + 2's loads issued when tile t is stored). free[b] then counts the 8 consumer warps of
-// both CTAs (lane 0 of each arrives on both, release at cluster scope); the consumers wait full[b]
-// and peer-full[b]; cluster barriers after the mbarrier init and before exit.
+// both CTAs (lane 0 of each arrives on both); the consumers wait full[b] and peer-full[b];
+// cluster barriers after the mbarrier init and before exit. kPair 1: the waits on free and the
+// arrivals on the peer's at cluster scope (validated on the GPU; ptxas adds an L1 invalidation
+// after each wait and a GPU-scope fence before each arrival); kPair 2: CTA scope (pair_wait).
 //
 // Shared memory (from a 1024-aligned base): Q 0 (73728, all 9 pieces), K0 73728, K1 147456 (the
 // 64 x 576 tile layout of decode_sm90.cu), sS 221184 (8192), sScale 229376 (64 floats), sL
