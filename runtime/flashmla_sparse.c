@@ -16,6 +16,7 @@
 mla_status mla__flashmla_sparse_decode_build(const mla__spec *spec, char *name_expr, size_t size,
                                              mla__launch_info *launch) {
     return mla__flashmla_sparse_build_fixed(spec, "", "mla::flashmla::sparse::sparse_decode_kernel",
+                                            MLA__FLASHMLA_SPARSE_THREADS,
                                             MLA__FLASHMLA_SPARSE_DECODE_SMEM, name_expr, size,
                                             launch);
 }
@@ -23,9 +24,35 @@ mla_status mla__flashmla_sparse_decode_build(const mla__spec *spec, char *name_e
 mla_status mla__flashmla_sparse_decode_sm90_build(const mla__spec *spec, char *name_expr,
                                                   size_t size, mla__launch_info *launch) {
     return mla__flashmla_sparse_build_fixed(spec, "",
-                                            "mla::flashmla::sparse::sparse_decode_sm90_kernel",
+                                            "mla::flashmla::sparse::sparse_decode_sm90_kernel<0>",
+                                            MLA__FLASHMLA_SPARSE_THREADS,
                                             MLA__FLASHMLA_SPARSE_SM90_SMEM, name_expr, size,
                                             launch);
+}
+
+mla_status mla__flashmla_sparse_decode_sm90ws_build(const mla__spec *spec, char *name_expr,
+                                                    size_t size, mla__launch_info *launch) {
+    return mla__flashmla_sparse_build_fixed(spec, "",
+                                            "mla::flashmla::sparse::sparse_decode_sm90_kernel<1>",
+                                            MLA__FLASHMLA_SPARSE_WS_THREADS,
+                                            MLA__FLASHMLA_SPARSE_SM90_SMEM, name_expr, size,
+                                            launch);
+}
+
+mla_status mla__flashmla_sparse_decode_sm90x2_build(const mla__spec *spec, char *name_expr,
+                                                    size_t size, mla__launch_info *launch) {
+    return mla__flashmla_sparse_build_cluster(
+        spec, "", "mla::flashmla::sparse::sparse_decode_sm90_kernel<2>",
+        MLA__FLASHMLA_SPARSE_WS_THREADS, MLA__FLASHMLA_SPARSE_SM90_SMEM, 2, name_expr, size,
+        launch);
+}
+
+mla_status mla__flashmla_sparse_decode_sm90x2c_build(const mla__spec *spec, char *name_expr,
+                                                     size_t size, mla__launch_info *launch) {
+    return mla__flashmla_sparse_build_cluster(
+        spec, "", "mla::flashmla::sparse::sparse_decode_sm90_kernel<3>",
+        MLA__FLASHMLA_SPARSE_WS_THREADS, MLA__FLASHMLA_SPARSE_SM90_SMEM, 2, name_expr, size,
+        launch);
 }
 
 /* Everything the checks learn about a call. */
@@ -186,8 +213,8 @@ mla_status mla__flash_sparse_decode(mla_runtime *rt, const mla_flash_with_kvcach
     mla__flashmla_sparse_decode_params p;
     fill_params(args, &d, &p);
     p.l2_prefetch = rt->flashmla_sparse_prefetch;
-    const char *kind = mla__flashmla_sparse_kind(rt->arch, 0, 0,
-                                                 rt->flashmla_decode_portable ? "portable" : NULL);
+    const char *kind = mla__flashmla_sparse_kind(
+        rt->arch, 0, 0, d.h_q, rt->flashmla_decode_portable ? "portable" : rt->flashmla_sparse_sm90);
     mla__spec spec;
     mla__spec_init(&spec, kind);
     return mla__flashmla_sparse_launch(rt, &spec, (unsigned)(d.b * d.s_q), d.h_q,

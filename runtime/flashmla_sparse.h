@@ -19,24 +19,54 @@ mla_status mla__flashmla_sparse_decode_build(const struct mla__spec *spec, char 
                                              size_t size, struct mla__launch_info *launch);
 mla_status mla__flashmla_sparse_prefill_build(const struct mla__spec *spec, char *name_expr,
                                               size_t size, struct mla__launch_info *launch);
-/* "flashmla_sparse_decode_sm90", "flashmla_sparse_prefill_sm90" (no params): the wgmma kernels
- * (kernel_src/flashmla/sparse_decode_sm90.cu, sparse_prefill_sm90.cu), launched on sm_90a only,
- * on a flat grid (tokens * ceil(h_q / 64)). */
+/* The sm_90a wgmma kinds (no params; kernel_src/flashmla/sparse_decode_sm90.cu,
+ * sparse_prefill_sm90.cu), launched on sm_90a only, on a flat grid (tokens * ceil(h_q / 64)):
+ *   "flashmla_sparse_decode_sm90"    two-warpgroup ping-pong kernel (sparse_sm90.cuh)
+ *   "flashmla_sparse_decode_sm90x2"  warp-specialized kernel (sparse_ws_sm90.cuh), the two head
+ *                                    blocks of a token (h_q > 64) in a cluster of 2 sharing the
+ *                                    converted tiles, cluster-scope barrier semantics
+ *                                    (comparison; validated on the GPU)
+ *   "flashmla_sparse_decode_sm90x2c" the same with CTA-scope waits and peer arrivals (comparison;
+ *                                    not yet run on a GPU)
+ *   "flashmla_sparse_decode_sm90ws"  warp-specialized kernel, one CTA per head block (comparison)
+ *   "flashmla_sparse_prefill_sm90"   warp-specialized kernel (d_qk 576)
+ *   "flashmla_sparse_prefill_sm90pp" ping-pong kernel (comparison) */
 mla_status mla__flashmla_sparse_decode_sm90_build(const struct mla__spec *spec, char *name_expr,
                                                   size_t size, struct mla__launch_info *launch);
+mla_status mla__flashmla_sparse_decode_sm90x2_build(const struct mla__spec *spec,
+                                                    char *name_expr, size_t size,
+                                                    struct mla__launch_info *launch);
+mla_status mla__flashmla_sparse_decode_sm90x2c_build(const struct mla__spec *spec,
+                                                     char *name_expr, size_t size,
+                                                     struct mla__launch_info *launch);
+mla_status mla__flashmla_sparse_decode_sm90ws_build(const struct mla__spec *spec,
+                                                    char *name_expr, size_t size,
+                                                    struct mla__launch_info *launch);
 mla_status mla__flashmla_sparse_prefill_sm90_build(const struct mla__spec *spec, char *name_expr,
                                                    size_t size, struct mla__launch_info *launch);
-/* The kind a sparse call on arch runs: the sm_90a wgmma kind on sm_90a (the prefill for d_qk 576
- * only) unless force is "portable" (the runtime's $MLAJIT_FLASHMLA_DECODE choice, read at
- * mla_runtime_create; may be NULL), else the portable kind. prefill: 0 decode, 1 prefill. */
-const char *mla__flashmla_sparse_kind(const char *arch, int prefill, int d_qk, const char *force);
+mla_status mla__flashmla_sparse_prefill_sm90pp_build(const struct mla__spec *spec,
+                                                     char *name_expr, size_t size,
+                                                     struct mla__launch_info *launch);
+/* The kind a sparse call on arch runs: on sm_90a the sm_90a kind (the prefill for d_qk 576 only)
+ * unless force is "portable" (the runtime's $MLAJIT_FLASHMLA_DECODE choice, read at
+ * mla_runtime_create; may be NULL), else the portable kind. force "pingpong" (every sm_90a sparse
+ * call on the ping-pong kernels), "ws" (on the one-CTA warp-specialized ones), "x2" or "x2c" (the
+ * decode at h_q > 64 on the CTA pair, cluster- or CTA-scope): $MLAJIT_FLASHMLA_SPARSE_SM90, for
+ * comparisons. prefill: 0 decode, 1 prefill. */
+const char *mla__flashmla_sparse_kind(const char *arch, int prefill, int d_qk, int h_q,
+                                      const char *force);
 /* The builder of a kind without parameters: checks that spec has none (note is added to the
- * message, "" or " (why)"), names kernel (a non-template name expression) and sets the launch
- * (MLA__FLASHMLA_SPARSE_THREADS, dynamic_smem bytes, no cluster). */
+ * message, "" or " (why)"), names kernel (a name expression) and sets the launch (threads,
+ * dynamic_smem bytes, no cluster). */
 mla_status mla__flashmla_sparse_build_fixed(const struct mla__spec *spec, const char *note,
-                                            const char *kernel, int dynamic_smem,
+                                            const char *kernel, int threads, int dynamic_smem,
                                             char *name_expr, size_t size,
                                             struct mla__launch_info *launch);
+/* The same with a cluster of `cluster` CTAs along x. */
+mla_status mla__flashmla_sparse_build_cluster(const struct mla__spec *spec, const char *note,
+                                              const char *kernel, int threads, int dynamic_smem,
+                                              int cluster, char *name_expr, size_t size,
+                                              struct mla__launch_info *launch);
 
 /* mla_flash_with_kvcache and its shape helper when args->indices is set. */
 mla_status mla__flash_sparse_decode(mla_runtime *rt, const mla_flash_with_kvcache_args *args,
@@ -62,6 +92,7 @@ mla_status mla__flashmla_sparse_launch(mla_runtime *rt, const mla__spec *spec, u
                                        int h_q, int flat, CUstream stream, void *params);
 
 #define MLA__FLASHMLA_SPARSE_THREADS 256
+#define MLA__FLASHMLA_SPARSE_WS_THREADS 384      /* sparse_ws_sm90.cuh kThreadsWs */
 #define MLA__FLASHMLA_SPARSE_BLOCK_M 64            /* heads per CTA */
 #define MLA__FLASHMLA_SPARSE_DECODE_SMEM 198656    /* sparse_decode.cu kDecSmemBytes */
 #define MLA__FLASHMLA_SPARSE_PREFILL_SMEM_576 230400 /* sparse_prefill.cu PrefillSmem<576> */

@@ -7,26 +7,43 @@
 #include "runtime/flashmla_sparse.h"
 #include "runtime/internal.h"
 
-const char *mla__flashmla_sparse_kind(const char *arch, int prefill, int d_qk, const char *force) {
+const char *mla__flashmla_sparse_kind(const char *arch, int prefill, int d_qk, int h_q,
+                                      const char *force) {
     int portable = force && !strcmp(force, "portable");
+    int pingpong = force && !strcmp(force, "pingpong"), ws = force && !strcmp(force, "ws");
+    int x2 = force && !strcmp(force, "x2"), x2c = force && !strcmp(force, "x2c");
     const char *sm90 = prefill ? "flashmla_sparse_prefill_sm90" : "flashmla_sparse_decode_sm90";
     const mla__kernel_kind *kind = mla__kernel_kind_find(sm90);
-    if (!portable && !strcmp(arch, kind->only_arch) && (!prefill || d_qk == 576)) return sm90;
+    if (!portable && !strcmp(arch, kind->only_arch) && (!prefill || d_qk == 576)) {
+        if (prefill) return pingpong ? "flashmla_sparse_prefill_sm90pp" : sm90;
+        if (ws) return "flashmla_sparse_decode_sm90ws";
+        if (x2 && h_q > MLA__FLASHMLA_SPARSE_BLOCK_M) return "flashmla_sparse_decode_sm90x2";
+        if (x2c && h_q > MLA__FLASHMLA_SPARSE_BLOCK_M) return "flashmla_sparse_decode_sm90x2c";
+        return sm90;
+    }
     return prefill ? "flashmla_sparse_prefill" : "flashmla_sparse_decode";
 }
 
 mla_status mla__flashmla_sparse_build_fixed(const mla__spec *spec, const char *note,
-                                            const char *kernel, int dynamic_smem,
+                                            const char *kernel, int threads, int dynamic_smem,
                                             char *name_expr, size_t size,
                                             mla__launch_info *launch) {
+    return mla__flashmla_sparse_build_cluster(spec, note, kernel, threads, dynamic_smem, 1,
+                                              name_expr, size, launch);
+}
+
+mla_status mla__flashmla_sparse_build_cluster(const mla__spec *spec, const char *note,
+                                              const char *kernel, int threads, int dynamic_smem,
+                                              int cluster, char *name_expr, size_t size,
+                                              mla__launch_info *launch) {
     MLA_ARG_CHECK(spec->n_params == 0, "%s: expected no parameters%s, got %d (first: %s)",
                   spec->kernel, note, spec->n_params, spec->n_params ? spec->params[0].name : "");
     int n = snprintf(name_expr, size, "%s", kernel);
     MLA_RETURN_ERROR_IF(n < 0 || (size_t)n >= size, MLA_ERR_INTERNAL,
                         "%s: name expression buffer of %zu bytes too small", spec->kernel, size);
-    launch->threads = MLA__FLASHMLA_SPARSE_THREADS;
+    launch->threads = threads;
     launch->dynamic_smem = dynamic_smem;
-    launch->cluster = 1;
+    launch->cluster = cluster;
     return MLA_OK;
 }
 

@@ -30,7 +30,17 @@ mla_status mla__flashmla_sparse_prefill_build(const mla__spec *spec, char *name_
 mla_status mla__flashmla_sparse_prefill_sm90_build(const mla__spec *spec, char *name_expr,
                                                    size_t size, mla__launch_info *launch) {
     return mla__flashmla_sparse_build_fixed(spec, " (d_qk 576 only)",
-                                            "mla::flashmla::sparse::sparse_prefill_sm90_kernel",
+                                            "mla::flashmla::sparse::sparse_prefill_sm90_kernel<1>",
+                                            MLA__FLASHMLA_SPARSE_WS_THREADS,
+                                            MLA__FLASHMLA_SPARSE_SM90_SMEM, name_expr, size,
+                                            launch);
+}
+
+mla_status mla__flashmla_sparse_prefill_sm90pp_build(const mla__spec *spec, char *name_expr,
+                                                     size_t size, mla__launch_info *launch) {
+    return mla__flashmla_sparse_build_fixed(spec, " (d_qk 576 only)",
+                                            "mla::flashmla::sparse::sparse_prefill_sm90_kernel<0>",
+                                            MLA__FLASHMLA_SPARSE_THREADS,
                                             MLA__FLASHMLA_SPARSE_SM90_SMEM, name_expr, size,
                                             launch);
 }
@@ -169,7 +179,8 @@ mla_status mla_flash_sparse_fwd(mla_runtime *runtime, const mla_flash_sparse_fwd
     p.l2_prefetch = runtime->flashmla_sparse_prefetch;
     /* The sm_90a kind's flat grid needs s_q * ceil(h_q / 64) <= 2^31 - 1 blocks. */
     const char *kind = mla__flashmla_sparse_kind(
-        runtime->arch, 1, d.d_qk, runtime->flashmla_decode_portable ? "portable" : NULL);
+        runtime->arch, 1, d.d_qk, d.h_q,
+        runtime->flashmla_decode_portable ? "portable" : runtime->flashmla_sparse_sm90);
     const int flat = strcmp(kind, "flashmla_sparse_prefill") != 0 &&
                      (long long)d.s_q * ((d.h_q + 63) / 64) <= 0x7fffffffLL;
     mla__spec spec;

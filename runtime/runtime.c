@@ -176,6 +176,23 @@ static void resolve_flashmla_sparse_prefetch(mla_runtime *rt) {
                  "unset, got \"%s\": ignored", v);
 }
 
+/* $MLAJIT_FLASHMLA_SPARSE_SM90, read here once: "pingpong" runs every sm_90a sparse call on the
+ * two-warpgroup ping-pong kernels, "ws" on the one-CTA warp-specialized ones, "x2" / "x2c" the
+ * decode at h_q > 64 on the warp-specialized CTA pair with cluster- / CTA-scope barrier semantics
+ * (comparisons with the defaults, docs/perf-notes.md);
+ * unset: the defaults (mla__flashmla_sparse_kind). */
+static void resolve_flashmla_sparse_sm90(mla_runtime *rt) {
+    const char *v = env("MLAJIT_FLASHMLA_SPARSE_SM90");
+    rt->flashmla_sparse_sm90 = NULL;
+    if (v && !strcmp(v, "pingpong")) rt->flashmla_sparse_sm90 = "pingpong";
+    else if (v && !strcmp(v, "ws")) rt->flashmla_sparse_sm90 = "ws";
+    else if (v && !strcmp(v, "x2")) rt->flashmla_sparse_sm90 = "x2";
+    else if (v && !strcmp(v, "x2c")) rt->flashmla_sparse_sm90 = "x2c";
+    else if (v)
+        mla__log(rt, MLA_LOG_WARN, "MLAJIT_FLASHMLA_SPARSE_SM90: expected \"pingpong\", \"ws\", "
+                 "\"x2\", \"x2c\" or unset, got \"%s\": ignored", v);
+}
+
 /* Copies the options and resolves what they leave to the environment. */
 static mla_status apply_options(mla_runtime *rt, const mla_options *options) {
     mla_options_init(&rt->options);
@@ -203,6 +220,7 @@ static mla_status apply_options(mla_runtime *rt, const mla_options *options) {
     resolve_fakequant_prefill(rt);
     resolve_fakequant_decode(rt);
     resolve_flashmla_sparse_prefetch(rt);
+    resolve_flashmla_sparse_sm90(rt);
     return MLA_OK;
 }
 

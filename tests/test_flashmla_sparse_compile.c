@@ -17,17 +17,25 @@ typedef struct compile_case {
     char kernel[32];
     int d_qk;          /* prefill: 576 or 512; decode: 0 (no parameter) */
     int smem;          /* expected dynamic shared memory */
+    int threads;       /* expected block size */
+    int cluster;       /* expected cluster size (0: 1) */
 } compile_case;
 
 static compile_case cases[] = {
-    {"sm_90a", "flashmla_sparse_decode", 0, MLA__FLASHMLA_SPARSE_DECODE_SMEM},
-    {"sm_90a", "flashmla_sparse_prefill", 576, MLA__FLASHMLA_SPARSE_PREFILL_SMEM_576},
-    {"sm_90a", "flashmla_sparse_prefill", 512, MLA__FLASHMLA_SPARSE_PREFILL_SMEM_512},
-    {"sm_100a", "flashmla_sparse_decode", 0, MLA__FLASHMLA_SPARSE_DECODE_SMEM},
-    {"sm_100a", "flashmla_sparse_prefill", 576, MLA__FLASHMLA_SPARSE_PREFILL_SMEM_576},
-    {"sm_100a", "flashmla_sparse_prefill", 512, MLA__FLASHMLA_SPARSE_PREFILL_SMEM_512},
-    {"sm_90a", "flashmla_sparse_decode_sm90", 0, MLA__FLASHMLA_SPARSE_SM90_SMEM},
-    {"sm_90a", "flashmla_sparse_prefill_sm90", 0, MLA__FLASHMLA_SPARSE_SM90_SMEM},
+#define T256 MLA__FLASHMLA_SPARSE_THREADS
+#define T384 MLA__FLASHMLA_SPARSE_WS_THREADS
+    {"sm_90a", "flashmla_sparse_decode", 0, MLA__FLASHMLA_SPARSE_DECODE_SMEM, T256},
+    {"sm_90a", "flashmla_sparse_prefill", 576, MLA__FLASHMLA_SPARSE_PREFILL_SMEM_576, T256},
+    {"sm_90a", "flashmla_sparse_prefill", 512, MLA__FLASHMLA_SPARSE_PREFILL_SMEM_512, T256},
+    {"sm_100a", "flashmla_sparse_decode", 0, MLA__FLASHMLA_SPARSE_DECODE_SMEM, T256},
+    {"sm_100a", "flashmla_sparse_prefill", 576, MLA__FLASHMLA_SPARSE_PREFILL_SMEM_576, T256},
+    {"sm_100a", "flashmla_sparse_prefill", 512, MLA__FLASHMLA_SPARSE_PREFILL_SMEM_512, T256},
+    {"sm_90a", "flashmla_sparse_decode_sm90", 0, MLA__FLASHMLA_SPARSE_SM90_SMEM, T256},
+    {"sm_90a", "flashmla_sparse_decode_sm90x2", 0, MLA__FLASHMLA_SPARSE_SM90_SMEM, T384, 2},
+    {"sm_90a", "flashmla_sparse_decode_sm90x2c", 0, MLA__FLASHMLA_SPARSE_SM90_SMEM, T384, 2},
+    {"sm_90a", "flashmla_sparse_decode_sm90ws", 0, MLA__FLASHMLA_SPARSE_SM90_SMEM, T384},
+    {"sm_90a", "flashmla_sparse_prefill_sm90", 0, MLA__FLASHMLA_SPARSE_SM90_SMEM, T384},
+    {"sm_90a", "flashmla_sparse_prefill_sm90pp", 0, MLA__FLASHMLA_SPARSE_SM90_SMEM, T256},
 };
 
 ParameterizedTestParameters(flashmla_sparse_compile, every_spec) {
@@ -54,11 +62,12 @@ ParameterizedTest(compile_case *c, flashmla_sparse_compile, every_spec) {
     cr_assert(mla__spec_key(rt, &spec, c->arch, &key, hash, name, sizeof name, &launch) == MLA_OK,
               "%s %s: spec key: %s", desc, c->arch, mla_last_error());
     free(key);
-    cr_expect(launch.threads == MLA__FLASHMLA_SPARSE_THREADS && launch.dynamic_smem == c->smem &&
-                  launch.cluster == 1,
-              "%s %s: launch (%d threads, %d smem, cluster %d), expected (%d, %d, 1)", desc,
-              c->arch, launch.threads, launch.dynamic_smem, launch.cluster,
-              MLA__FLASHMLA_SPARSE_THREADS, c->smem);
+    const int cluster = c->cluster ? c->cluster : 1;
+    cr_expect(launch.threads == c->threads && launch.dynamic_smem == c->smem &&
+                  launch.cluster == cluster,
+              "%s %s: launch (%d threads, %d smem, cluster %d), expected (%d, %d, %d)", desc,
+              c->arch, launch.threads, launch.dynamic_smem, launch.cluster, c->threads, c->smem,
+              cluster);
     cr_expect(strstr(name, "mla::flashmla::sparse::") == name, "%s %s: name expression %s", desc,
               c->arch, name);
     cr_expect(c->smem <= 232448, "%s: %d bytes of shared memory exceed the 227 KiB of sm_90a",
@@ -106,19 +115,37 @@ ParameterizedTest(bad_spec *b, flashmla_sparse_compile, bad_specs) {
 /* Which kind a sparse call runs: the wgmma kinds on sm_90a only (the prefill for d_qk 576 only),
  * the portable ones when forced and on every other target. */
 Test(flashmla_sparse_compile, kind_choice) {
-    struct { const char *arch; int prefill, d_qk; const char *force, *want; } k[] = {
-        {"sm_90a", 0, 0, NULL, "flashmla_sparse_decode_sm90"},
-        {"sm_90a", 0, 0, "portable", "flashmla_sparse_decode"},
-        {"sm_100a", 0, 0, NULL, "flashmla_sparse_decode"},
-        {"sm_90a", 1, 576, NULL, "flashmla_sparse_prefill_sm90"},
-        {"sm_90a", 1, 512, NULL, "flashmla_sparse_prefill"},
-        {"sm_90a", 1, 576, "portable", "flashmla_sparse_prefill"},
-        {"sm_100a", 1, 576, NULL, "flashmla_sparse_prefill"},
+    struct { const char *arch; int prefill, d_qk, h_q; const char *force, *want; } k[] = {
+        {"sm_90a", 0, 0, 64, NULL, "flashmla_sparse_decode_sm90"},
+        {"sm_90a", 0, 0, 16, NULL, "flashmla_sparse_decode_sm90"},
+        {"sm_90a", 0, 0, 128, NULL, "flashmla_sparse_decode_sm90"},
+        {"sm_90a", 0, 0, 128, "x2", "flashmla_sparse_decode_sm90x2"},
+        {"sm_90a", 0, 0, 64, "x2", "flashmla_sparse_decode_sm90"},
+        {"sm_90a", 1, 576, 128, "x2", "flashmla_sparse_prefill_sm90"},
+        {"sm_100a", 0, 0, 128, "x2", "flashmla_sparse_decode"},
+        {"sm_90a", 0, 0, 128, "x2c", "flashmla_sparse_decode_sm90x2c"},
+        {"sm_90a", 0, 0, 16, "x2c", "flashmla_sparse_decode_sm90"},
+        {"sm_90a", 0, 0, 128, "portable", "flashmla_sparse_decode"},
+        {"sm_100a", 0, 0, 128, NULL, "flashmla_sparse_decode"},
+        {"sm_100a", 0, 0, 16, NULL, "flashmla_sparse_decode"},
+        {"sm_90a", 1, 576, 128, NULL, "flashmla_sparse_prefill_sm90"},
+        {"sm_90a", 1, 512, 128, NULL, "flashmla_sparse_prefill"},
+        {"sm_90a", 1, 576, 128, "portable", "flashmla_sparse_prefill"},
+        {"sm_100a", 1, 576, 128, NULL, "flashmla_sparse_prefill"},
+        {"sm_90a", 0, 0, 128, "pingpong", "flashmla_sparse_decode_sm90"},
+        {"sm_90a", 1, 576, 16, "pingpong", "flashmla_sparse_prefill_sm90pp"},
+        {"sm_90a", 0, 0, 128, "ws", "flashmla_sparse_decode_sm90ws"},
+        {"sm_90a", 0, 0, 16, "ws", "flashmla_sparse_decode_sm90ws"},
+        {"sm_90a", 1, 576, 128, "ws", "flashmla_sparse_prefill_sm90"},
+        {"sm_90a", 1, 512, 128, "pingpong", "flashmla_sparse_prefill"},
+        {"sm_100a", 0, 0, 128, "pingpong", "flashmla_sparse_decode"},
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
-        const char *got = mla__flashmla_sparse_kind(k[i].arch, k[i].prefill, k[i].d_qk, k[i].force);
-        cr_expect(!strcmp(got, k[i].want), "%s prefill %d d_qk %d force %s: got %s, expected %s",
-                  k[i].arch, k[i].prefill, k[i].d_qk, k[i].force ? k[i].force : "(none)", got,
+        const char *got = mla__flashmla_sparse_kind(k[i].arch, k[i].prefill, k[i].d_qk, k[i].h_q,
+                                                    k[i].force);
+        cr_expect(!strcmp(got, k[i].want),
+                  "%s prefill %d d_qk %d h_q %d force %s: got %s, expected %s", k[i].arch,
+                  k[i].prefill, k[i].d_qk, k[i].h_q, k[i].force ? k[i].force : "(none)", got,
                   k[i].want);
     }
 }

@@ -94,9 +94,11 @@ static void assert_kind(const mla_runtime *rt, const char *name, const char *wan
 
 /* The runs of a case: the default runtime, then (where it picked the wgmma kind) a portable one.
  * Returns the number of runs (1 or 2) and fills rts / kinds / whats. */
-static int case_runtimes(mla_runtime *rt, int prefill, int d_qk, mla_runtime **rts,
+static int case_runtimes(mla_runtime *rt, int prefill, int d_qk, int h_q, mla_runtime **rts,
                          const char **kinds, const char **whats) {
-    const char *kind = mla__flashmla_sparse_kind(rt->arch, prefill, d_qk, NULL);
+    /* $MLAJIT_FLASHMLA_SPARSE_SM90 may pick the other sm_90a structure (a run for comparison) */
+    const char *kind =
+        mla__flashmla_sparse_kind(rt->arch, prefill, d_qk, h_q, rt->flashmla_sparse_sm90);
     const char *portable = prefill ? "flashmla_sparse_prefill" : "flashmla_sparse_decode";
     rts[0] = rt, kinds[0] = kind, whats[0] = "";
     if (!strcmp(kind, portable)) return 1;
@@ -255,7 +257,7 @@ ParameterizedTest(dec_case *c, flashmla_sparse_gpu, decode) {
     mlr_flashmla_sparse_decode(&p, wo, wl);
     mla_runtime *rts[2];
     const char *kinds[2], *whats[2];
-    const int runs = case_runtimes(rt, 0, 0, rts, kinds, whats);
+    const int runs = case_runtimes(rt, 0, 0, c->h_q, rts, kinds, whats);
     for (int v = 0; v < runs; v++) {
         char name[96];
         snprintf(name, sizeof name, "%s%s", c->name, whats[v]);
@@ -387,7 +389,7 @@ ParameterizedTest(pre_case *c, flashmla_sparse_gpu, prefill) {
     mlr_flashmla_sparse_prefill(&p, wo, wm, wl);
     mla_runtime *rts[2];
     const char *kinds[2], *whats[2];
-    const int runs = case_runtimes(rt, 1, d, rts, kinds, whats);
+    const int runs = case_runtimes(rt, 1, d, c->h_q, rts, kinds, whats);
     for (int v = 0; v < runs; v++) {
         char name[96];
         snprintf(name, sizeof name, "%s%s", c->name, whats[v]);

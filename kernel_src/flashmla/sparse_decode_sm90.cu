@@ -1,17 +1,20 @@
-// FlashMLA-compatible sparse decode over the fp8 cache of 656-byte rows, sm_90a path: the wgmma
-// pipeline of sparse_sm90.cuh (the dense decode's two warpgroups on alternate tiles) with the
-// gathered rows staged by cp.async and dequantized in shared memory. Same math, buffers and
-// outputs as the portable kernel (sparse_decode.cu, whose loads' addressing, entry count and
-// stores this file reuses); results agree up to fp32 summation order. No template parameters
-// (one specialization, "flashmla_sparse_decode_sm90", launched on sm_90a only).
+// FlashMLA-compatible sparse decode over the fp8 cache of 656-byte rows, sm_90a paths: the
+// ping-pong wgmma pipeline of sparse_sm90.cuh (the dense decode's two warpgroups on alternate
+// tiles, the gathered rows staged by cp.async and dequantized in shared memory; the default) and
+// the warp-specialized kernels of sparse_ws_sm90.cuh (a producer warpgroup converting into a
+// ring of bf16 tiles; one CTA per head block, or the CTA pair). Same math, buffers and outputs as
+// the portable kernel (sparse_decode.cu, whose loads' addressing, entry count and stores this
+// file reuses); results agree up to fp32 summation order. The template parameter kWs (below)
+// picks the structure; each specialization is its own kind, launched on sm_90a only.
 //
 // Grid (b * s_q * ceil(h_q / 64)): CTA x takes heads [64 m, +64), m = x % ceil(h_q / 64), of
 // token t = x / ceil(h_q / 64) (request t / s_q, query t % s_q): the head blocks of a token are
-// neighbours in launch order and share its gathered rows through L2. 256 threads, dynamic
-// shared memory sparse::sm90s::kSmemBytesS.
+// neighbours in launch order and share its gathered rows through L2 (the pair: a cluster). 256
+// or 384 threads, dynamic shared memory sparse::sm90s::kSmemBytesS.
 
 #include "flashmla/sparse_decode.cu"
 #include "flashmla/sparse_sm90.cuh"
+#include "flashmla/sparse_ws_sm90.cuh"
 
 namespace mla {
 namespace flashmla {
@@ -43,9 +46,17 @@ struct DecodeFamily90 {
     }
 };
 
-__global__ void __launch_bounds__(kThreads, 1)
+// kWs 0: the two-warpgroup ping-pong kernel (sparse_sm90.cuh, 256 threads;
+// "flashmla_sparse_decode_sm90"); 1: the warp-specialized kernel (sparse_ws_sm90.cuh, 384;
+// "flashmla_sparse_decode_sm90ws"); 2, 3: the same with the two head blocks of a token (h_q > 64)
+// in a cluster sharing the converted tiles, cluster-scope / CTA-scope barrier semantics
+// ("flashmla_sparse_decode_sm90x2", "flashmla_sparse_decode_sm90x2c").
+template <int kWs>
+__global__ void __launch_bounds__(kWs ? ws::kThreadsWs : kThreads, 1)
     sparse_decode_sm90_kernel(const __grid_constant__ SparseDecodeParams p) {
-    sm90s::attend_cta<DecodeFamily90>(p);
+    if constexpr (kWs >= 2) ws::attend_cta_ws<DecodeFamily90, kWs - 1>(p);
+    else if constexpr (kWs == 1) ws::attend_cta_ws<DecodeFamily90>(p);
+    else sm90s::attend_cta<DecodeFamily90>(p);
 }
 
 }  // namespace sparse

@@ -1,17 +1,19 @@
-// FlashMLA-compatible sparse prefill (mla_flash_sparse_fwd, d_qk 576), sm_90a path: the wgmma
-// pipeline of sparse_sm90.cuh (the dense decode's two warpgroups on alternate tiles) over each
-// token's gathered bf16 kv rows, cp.async straight into the swizzled tiles. Same math, buffers
-// and outputs as the portable kernel (sparse_prefill.cu, whose entry count and stores this file
-// reuses); results agree up to fp32 summation order. No template parameters (one
-// specialization, "flashmla_sparse_prefill_sm90", launched on sm_90a for d_qk 576; d_qk 512
-// stays on the portable kernel).
+// FlashMLA-compatible sparse prefill (mla_flash_sparse_fwd, d_qk 576), sm_90a paths over each
+// token's gathered bf16 kv rows, cp.async straight into the swizzled tiles: the warp-specialized
+// kernel of sparse_ws_sm90.cuh (a producer warpgroup filling a ring of two tiles; the default)
+// and the ping-pong pipeline of sparse_sm90.cuh (the dense decode's two warpgroups on alternate
+// tiles). Same math, buffers and outputs as the portable kernel (sparse_prefill.cu, whose entry
+// count and stores this file reuses); results agree up to fp32 summation order. The template
+// parameter kWs (below) picks the structure; each specialization is its own kind, launched on
+// sm_90a for d_qk 576 (d_qk 512 stays on the portable kernel).
 //
 // Grid (s_q * ceil(h_q / 64)): CTA x takes heads [64 m, +64), m = x % ceil(h_q / 64), of token
 // x / ceil(h_q / 64): the head blocks of a token are neighbours in launch order and share its
-// gathered rows through L2. 256 threads, dynamic shared memory sparse::sm90s::kSmemBytesS.
+// gathered rows through L2. 384 or 256 threads, dynamic shared memory sparse::sm90s::kSmemBytesS.
 
 #include "flashmla/sparse_prefill.cu"
 #include "flashmla/sparse_sm90.cuh"
+#include "flashmla/sparse_ws_sm90.cuh"
 
 namespace mla {
 namespace flashmla {
@@ -42,9 +44,14 @@ struct PrefillFamily90 {
     }
 };
 
-__global__ void __launch_bounds__(kThreads, 1)
+// kWs 0: the two-warpgroup ping-pong kernel (sparse_sm90.cuh, 256 threads;
+// "flashmla_sparse_prefill_sm90"); 1: the warp-specialized one (sparse_ws_sm90.cuh, 384;
+// "flashmla_sparse_prefill_sm90ws").
+template <int kWs>
+__global__ void __launch_bounds__(kWs ? ws::kThreadsWs : kThreads, 1)
     sparse_prefill_sm90_kernel(const __grid_constant__ SparsePrefillParams p) {
-    sm90s::attend_cta<PrefillFamily90>(p);
+    if constexpr (kWs) ws::attend_cta_ws<PrefillFamily90>(p);
+    else sm90s::attend_cta<PrefillFamily90>(p);
 }
 
 }  // namespace sparse
