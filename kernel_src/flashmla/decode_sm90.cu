@@ -38,16 +38,18 @@
 // refill points (the kernel's chunk walk leaves the next chunk's request and key range in shared
 // memory), and, when the next chunk starts another request, its Q: pieces 0-3 by warpgroup 0
 // once M1 shows warpgroup 1's last Q K^T done, pieces 4-7 by warpgroup 1 once M0 shows warpgroup
-// 0's, piece 8 (sP1) after the pair; so the next chunk starts with its loads in flight.
+// 0's, columns 512-575 into registers (q8) by every thread at the top of the pair; so the next
+// chunk starts with its loads in flight. Out is stored in 16-byte stores (the quad of lanes of a
+// row transposes its accumulator words).
 //
 // S[64 x 64] is 36 wgmma.m64n64k16: 32 with Q from shared memory, the last 4 (Q columns 512-575)
-// with Q from registers, loaded once per request, so that Q's piece 8 holds sP1. O += P V is
-// 4 wgmma.m64n256k16 per tile and warpgroup, V = K[:, :512] read N-major.
+// with Q from registers, loaded from global memory once per request, so that Q's piece 8 slot
+// holds sP1. O += P V is 4 wgmma.m64n256k16 per tile and warpgroup, V = K[:, :512] read N-major.
 //
 // Shared memory (bytes, from a 1024-aligned base). A 64 x 576 16-bit tile is 9 pieces of 64
 // columns (128-byte rows, 8192 bytes), element (r, k) of piece k / 64 at
 // r * 128 + (((k % 64) / 8) ^ (r & 7)) * 16 + (k % 8) * 2 (the hardware 128-byte swizzle).
-//   Q 0 (73728; piece 8 = sP1 after Q8 is in registers), K0 73728, K1 147456, sP0 221184 (8192),
+//   Q 0 (73728; piece 8 = sP1, Q's columns 512-575 being in registers), K0 73728, K1 147456, sP0 221184 (8192),
 //   sM0 229376 and sM1 229632 (64 floats each), row-sum exchange 229888 (2 x 64 floats),
 //   mbarriers 230400 (K0: 2, K1: 2), the next chunk's descriptor 230432 (8 ints); 230464 bytes
 //   + 1024 for alignment.
@@ -813,8 +815,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(
                       kPageClass == 1 ? 1 : sm90::kWgThreads);  // TMA: one expect_tx arrival
     __syncthreads();
     unsigned phase[2] = {0, 0};  // parity of the next phase of the K0 / K1 mbarriers
-    unsigned q8[4][4];           // Q columns 512-575 of q_req (finish_q)
-    bool q_pending = false;      // Q of q_req issued, q8 not loaded yet
+    unsigned q8[4][4];           // Q columns 512-575 of q_req (load_q8)
+    bool q_pending = false;      // Q of q_req issued, not waited for yet
     bool preloaded = false;      // the chunk's first tiles (and Q of a new request) are in flight
     int q_req = -1;
     sm90::Chunk cur;
