@@ -38,16 +38,18 @@
 // refill points (the kernel's chunk walk leaves the next chunk's request and key range in shared
 // memory), and, when the next chunk starts another request, its Q: pieces 0-3 by warpgroup 0
 // once M1 shows warpgroup 1's last Q K^T done, pieces 4-7 by warpgroup 1 once M0 shows warpgroup
-// 0's, piece 8 (sP1) after the pair; so the next chunk starts with its loads in flight.
+// 0's, columns 512-575 into registers (q8) by every thread at the top of the pair; so the next
+// chunk starts with its loads in flight. Out is stored in 16-byte stores (the quad of lanes of a
+// row transposes its accumulator words).
 //
 // S[64 x 64] is 36 wgmma.m64n64k16: 32 with Q from shared memory, the last 4 (Q columns 512-575)
-// with Q from registers, loaded once per request, so that Q's piece 8 holds sP1. O += P V is
-// 4 wgmma.m64n256k16 per tile and warpgroup, V = K[:, :512] read N-major.
+// with Q from registers, loaded from global memory once per request, so that Q's piece 8 slot
+// holds sP1. O += P V is 4 wgmma.m64n256k16 per tile and warpgroup, V = K[:, :512] read N-major.
 //
 // Shared memory (bytes, from a 1024-aligned base). A 64 x 576 16-bit tile is 9 pieces of 64
 // columns (128-byte rows, 8192 bytes), element (r, k) of piece k / 64 at
 // r * 128 + (((k % 64) / 8) ^ (r & 7)) * 16 + (k % 8) * 2 (the hardware 128-byte swizzle).
-//   Q 0 (73728; piece 8 = sP1 after Q8 is in registers), K0 73728, K1 147456, sP0 221184 (8192),
+//   Q 0 (73728; piece 8 = sP1, Q's columns 512-575 being in registers), K0 73728, K1 147456, sP0 221184 (8192),
 //   sM0 229376 and sM1 229632 (64 floats each), row-sum exchange 229888 (2 x 64 floats),
 //   mbarriers 230400 (K0: 2, K1: 2), the next chunk's descriptor 230432 (8 ints); 230464 bytes
 //   + 1024 for alignment.
@@ -123,12 +125,33 @@ __device__ __forceinline__ void prefetch_q_l2(const DecodeParams &p, int req, in
     }
 }
 
-// cp.async of the whole Q tile by all threads, committed as one group; and an L2 prefetch of the
-// next request's rows (next_req >= 0).
-__device__ __forceinline__ void load_q_tile90(const DecodeParams &p, unsigned dst, int req, int g,
-                                              int m, int rows, int next_req) {
-    load_q_pieces<0, kPieces, kThreads>(p, dst, req, g, m, rows, threadIdx.x);
+// Q columns 512-575 of request req straight from global memory into the A fragments of the four
+// k16 steps of Q K^T's register part (q8[k]: rows r, r + 8 of the warp's 16, columns
+// 512 + 16 k + 2 (lane % 4) + {0, 1} and + 8; zeros past the rows). Not waited on: the first
+// product that reads q8 waits for the loads.
+__device__ __forceinline__ void load_q8(const DecodeParams &p, unsigned (&q8)[4][4], int req,
+                                        int g, int m, int rows) {
+    const int lane = threadIdx.x & 31, r = ((threadIdx.x >> 5) & 3) * 16 + (lane >> 2);
+    const unsigned char *r0 = q_row(p, req, g, m, rows, r, 2);
+    const unsigned char *r1 = q_row(p, req, g, m, rows, r + 8, 2);
+    const int c = (kDV + 2 * (lane & 3)) * 2;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        q8[k][0] = r0 ? *reinterpret_cast<const unsigned *>(r0 + c + 32 * k) : 0u;
+        q8[k][1] = r1 ? *reinterpret_cast<const unsigned *>(r1 + c + 32 * k) : 0u;
+        q8[k][2] = r0 ? *reinterpret_cast<const unsigned *>(r0 + c + 32 * k + 16) : 0u;
+        q8[k][3] = r1 ? *reinterpret_cast<const unsigned *>(r1 + c + 32 * k + 16) : 0u;
+    }
+}
+
+// cp.async of Q pieces 0-7 by all threads, committed as one group, and piece 8 into q8; an L2
+// prefetch of the next request's rows (next_req >= 0).
+__device__ __forceinline__ void load_q_tile90(const DecodeParams &p, unsigned dst,
+                                              unsigned (&q8)[4][4], int req, int g, int m,
+                                              int rows, int next_req) {
+    load_q_pieces<0, kPieces - 1, kThreads>(p, dst, req, g, m, rows, threadIdx.x);
     cp_async_commit();
+    load_q8(p, q8, req, g, m, rows);
     prefetch_q_l2(p, next_req, g, m, rows);
 }
 
@@ -139,7 +162,7 @@ struct NextChunk {
 };
 
 // Waits for Q (all threads), then loads its piece 8 (columns 512-575) into registers; piece 8 is
-// sP1 from then on.
+// sP1 from then on. (The sparse kernels' Q; the dense decode loads piece 8 with load_q8.)
 __device__ __forceinline__ void finish_q(unsigned base, unsigned (&q8)[4][4]) {
     const int lane = threadIdx.x & 31, wm = (threadIdx.x >> 5) & 3;
     cp_async_wait<0>();
@@ -148,6 +171,14 @@ __device__ __forceinline__ void finish_q(unsigned base, unsigned (&q8)[4][4]) {
 #pragma unroll
     for (int k = 0; k < 4; k++)
         ldmatrix_x4(base + tile_off(wm * 16 + (lane & 15), 64 + 2 * k + (lane >> 4)), q8[k]);
+    __syncthreads();
+}
+
+// The dense decode: waits for Q pieces 0-7 (all threads: each warpgroup loaded pieces the other
+// reads); piece 8 (columns 512-575) is in registers (load_q8), its shared-memory slot is sP1.
+__device__ __forceinline__ void wait_q() {
+    cp_async_wait<0>();
+    fence_proxy_async_shared();
     __syncthreads();
 }
 
@@ -527,6 +558,68 @@ __device__ __forceinline__ void pv_rs_wait(float (&o)[32][4], const unsigned (&p
     reg_fence(o);
 }
 
+// The 4 x 4 transpose of 32-bit words within each quad of lanes (q = lane % 4): on entry a[e] is
+// word e of lane q's row of the quad's matrix, on return a[e] is word q of lane e's row. Two
+// butterfly steps (xor 1, xor 2), each lane swapping the two words whose index differs from q in
+// the step's bit.
+__device__ __forceinline__ void quad_transpose(unsigned (&a)[4], int q) {
+#pragma unroll
+    for (int k = 0; k < 2; k++) {  // xor 1: words 2 k + (1 - q % 2)
+        const bool odd = q & 1;
+        const unsigned r = __shfl_xor_sync(0xffffffffu, odd ? a[2 * k] : a[2 * k + 1], 1);
+        if (odd) a[2 * k] = r;
+        else a[2 * k + 1] = r;
+    }
+#pragma unroll
+    for (int k = 0; k < 2; k++) {  // xor 2: words (2 - (q & 2)) + k
+        const bool hi = q & 2;
+        const unsigned r = __shfl_xor_sync(0xffffffffu, hi ? a[k] : a[2 + k], 2);
+        if (hi) a[k] = r;
+        else a[2 + k] = r;
+    }
+}
+
+// Writes the chunk's rows as store_rows does (warpgroup wg holding O columns [256 wg, +256)),
+// out in 16-byte stores: the quad of a row transposes its 4 x 4 words of each group of four
+// 8-column blocks (4 jt), so that lane q holds the 8 consecutive columns of block 4 k + q.
+// Split partials go through store_rows.
+template <int kKV>
+__device__ __forceinline__ void store_rows90(const DecodeParams &p, const float (&o)[32][4],
+                                             const RowState &st, int req, int g, int m, int rows,
+                                             bool direct, int slot, int wm, int wg, int lane) {
+    if (!direct) {
+        store_rows<kKV>(p, o, st, req, g, m, rows, false, slot, 1.f, wm, wg, lane);
+        return;
+    }
+    constexpr bool kOutF16 = KvTraits<kKV>::kOutF16;
+    const int q = lane & 3;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int rr = m * kBlockM + wm * 16 + (lane >> 2) + 8 * h;
+        const bool valid = rr < rows;  // uniform in a quad; every lane takes part in the shuffles
+        const int rc = valid ? rr : rows - 1;
+        const int j = rc / p.heads_per_kv, head = g * p.heads_per_kv + rc % p.heads_per_kv;
+        const float l = st.l[h];
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        unsigned char *dst = static_cast<unsigned char *>(p.out) +
+                             ((long long)req * p.o_stride_b + (long long)j * p.o_stride_s +
+                              (long long)head * p.o_stride_h + wg * 256 + 8 * q) * 2;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            unsigned a[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                a[e] = pack2<kOutF16>(o[4 * k + e][2 * h] * inv, o[4 * k + e][2 * h + 1] * inv);
+            quad_transpose(a, q);
+            if (valid)
+                *reinterpret_cast<uint4 *>(dst + k * 64) = make_uint4(a[0], a[1], a[2], a[3]);
+        }
+        if (valid && wg == 0 && q == 0)
+            p.lse[((long long)req * p.h_q + head) * p.s_q + j] =
+                l > 0.f ? row_lse_ln(st.m[h], l) : inf_f32();
+    }
+}
+
 // Attention of the CTA's rows over keys [t_begin, t_end) of request req. Q (and Q8 unless
 // q_pending) are in place or on their way; preloaded: the last pair of the previous chunk issued
 // this chunk's first two tiles. Returns whether this chunk's last pair issued the loads of the
@@ -569,7 +662,7 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
                 load_tile<kVPieces, kPieces, kPageClass>(p, tk, k1, bar1, rb, g, wt);
         }
     }
-    if (q_pending) finish_q(base, q8), q_pending = false;
+    if (q_pending) wait_q(), q_pending = false;
     if (n_tiles > 0) {
         if (wg == 0) {
             qk_tile<kF16, kPageClass != 1>(s, q8, q, k0, bar0, phase[0]);
@@ -595,6 +688,8 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
         } else {
             const int nt = nx->n_tiles, nreq = nx->req, nt0 = nx->t_begin, nstop = nx->t_stop;
             pre_q = nt >= 0 && nx->new_req;
+            // this chunk's Q K^T products are done: q8 takes the next request's piece 8
+            if (pre_q) load_q8(p, q8, nreq, g, m, rows);
             // what the chunk walk reads next (the request after the next chunk's) into L1, so
             // that it does not wait on L2 at the chunk start
             if (threadIdx.x == 0 && nt >= 0 && nreq + 1 < p.b) {
@@ -614,8 +709,10 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
             pair_wg0_pv<kF16>(s, st, o, pa, m_a, f, sm0, smem, k0, r0, wm, lane, it > 0);
             // beta = 2^(m_a - m_b) brings O_L to the pair's final max.
             named_barrier_sync(kBarM1, 2 * kWgThreads);
-            if (pre_q)  // warpgroup 1's last Q K^T is done (M1): Q pieces 0-3 are free
+            if (pre_q) {  // warpgroup 1's last Q K^T is done (M1): Q pieces 0-3 are free
                 load_q_pieces<0, kVPieces, kWgThreads>(p, q, nx->req, g, m, rows, wt);
+                cp_async_commit();
+            }
             pair_wg0_beta(st, f, m_a, sm1, r0);
             wgmma_wait_group<0>();
             reg_fence(o);
@@ -638,8 +735,10 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
                 row_max64(s, mx);
             }
             named_barrier_sync(kBarM0, 2 * kWgThreads);
-            if (pre_q)  // warpgroup 0's last Q K^T is done (M0): Q pieces 4-7 are free
+            if (pre_q) {  // warpgroup 0's last Q K^T is done (M0): Q pieces 4-7 are free
                 load_q_pieces<kVPieces, kPieces - 1, kWgThreads>(p, q, nx->req, g, m, rows, wt);
+                cp_async_commit();
+            }
             pair_wg1_max(st, o, mx, m_a, m_b, f, sm0, sm1, r0, lane);
             float l_b[2] = {0.f, 0.f};
             if (has_b) pair_wg1_p1<kF16>(s, m_b, l_b, pa, smem, wm, lane);
@@ -657,16 +756,11 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
             }
         }
     }
-    if (pre_q) {  // Q piece 8 (sP1) once warpgroup 0 has read sP1
-        __syncthreads();
-        load_q_pieces<kPieces - 1, kPieces, kThreads>(p, q, nx->req, g, m, rows, threadIdx.x);
-        cp_async_commit();
-    }
 
     // Row sums of both warpgroups (the portable kernel's exchange, warpgroup for column half),
     // then each stores its half of O.
     finish_row_sums(st, red, wm, wg, lane);
-    store_rows<kKV>(p, o, st, req, g, m, rows, direct, slot, 1.f, wm, wg, lane);
+    store_rows90<kKV>(p, o, st, req, g, m, rows, direct, slot, wm, wg, lane);
     return n_tiles > 0;
 }
 
@@ -721,8 +815,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(
                       kPageClass == 1 ? 1 : sm90::kWgThreads);  // TMA: one expect_tx arrival
     __syncthreads();
     unsigned phase[2] = {0, 0};  // parity of the next phase of the K0 / K1 mbarriers
-    unsigned q8[4][4];           // Q columns 512-575 of q_req (finish_q)
-    bool q_pending = false;      // Q of q_req issued, q8 not loaded yet
+    unsigned q8[4][4];           // Q columns 512-575 of q_req (load_q8)
+    bool q_pending = false;      // Q of q_req issued, not waited for yet
     bool preloaded = false;      // the chunk's first tiles (and Q of a new request) are in flight
     int q_req = -1;
     sm90::Chunk cur;
@@ -733,7 +827,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(
         __syncthreads();  // the previous chunk is done with Q, sP1, K0 / K1 and kSmemNext
         if (cur.req != q_req) {
             const int after = have_next && nxt.req != cur.req ? nxt.req : -1;
-            if (!preloaded) sm90::load_q_tile90(p, base + sm90::kSmemQ90, cur.req, g, m, rows, after);
+            if (!preloaded)
+                sm90::load_q_tile90(p, base + sm90::kSmemQ90, q8, cur.req, g, m, rows, after);
             else sm90::prefetch_q_l2(p, after, g, m, rows);
             q_pending = true, q_req = cur.req;
         }
