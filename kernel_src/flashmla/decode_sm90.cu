@@ -754,7 +754,8 @@ __device__ __forceinline__ void copy_rows(const DecodeParams &p, unsigned buf,
 // the full mbarrier of pieces 0-3 (128 cp.async arrivals, as load_pieces); then pieces 4-8 alike
 // (released by warpgroup 1). Warp pw copies the rows [16 pw, +16): lane l rows 16 pw + l / 8 +
 // 4 j, chunk l % 8 of each piece, i.e. whole 128-byte lines per instruction; each lane finds the
-// sources of its 4 rows itself (block-table reads issued before the wait for the buffer).
+// sources of its 4 rows itself (block-table reads issued before the wait for the buffer, and
+// prefetched into L1 two tiles ahead: the read at the tile's turn is on the producer's path).
 template <int kKV, bool kCausal>
 __device__ void produce_tiles(const DecodeParams &p, const int *rec, unsigned base, int g, int m,
                               int rows) {
@@ -769,6 +770,13 @@ __device__ void produce_tiles(const DecodeParams &p, const int *rec, unsigned ba
         for (int t0 = c.t_begin; t0 < t_stop; t0 += kBlockN, i ^= 1) {
             const unsigned buf = base + (i ? kSmemK1 : kSmemK0);
             const unsigned full = base + kSmemBar + i * 16, empty = base + kSmemEmpty + i * 16;
+            {  // the block-table entries of the chunk's next two tiles into L1 (thread pt: row
+               // pt % 64 of the tile 1 + pt / 64 ahead), so that the reads below hit L1
+                const int t = t0 + kBlockN * (1 + (pt >> 6)) + (pt & 63);
+                const int page = page_of(p, t);
+                if (t < t_stop && page < p.max_blocks)
+                    prefetch_l1(p.block_table + (long long)c.req * p.bt_stride + page);
+            }
             const unsigned char *src[4];
 #pragma unroll
             for (int j = 0; j < 4; j++) {
