@@ -57,9 +57,7 @@ mla_status mla__flashmla_decode_sm90_build(const mla__spec *spec, char *name_exp
                                            mla__launch_info *launch) {
     MLA_FORWARD_IF_ERROR(build_decode(spec, "decode_sm90_kernel", MLA__FLASHMLA_KV_FP16,
                                       name_expr, size));
-    launch->threads = spec->params[1].value == MLA__FLASHMLA_PAGE_ANY
-                          ? MLA__FLASHMLA_DECODE_SM90_PC0_THREADS
-                          : MLA__FLASHMLA_DECODE_THREADS;
+    launch->threads = MLA__FLASHMLA_DECODE_THREADS;
     launch->dynamic_smem = MLA__FLASHMLA_DECODE_SM90_SMEM;
     launch->cluster = 1;
     return MLA_OK;

@@ -43,9 +43,7 @@ enum { MLA__FLASHMLA_OUT_BF16 = 0, MLA__FLASHMLA_OUT_FP16 = 1 };
 #define MLA__FLASHMLA_METADATA_THREADS 512
 #define MLA__FLASHMLA_DECODE_THREADS 256
 #define MLA__FLASHMLA_DECODE_SMEM 229888    /* decode.cu kSmemBytes */
-#define MLA__FLASHMLA_DECODE_SM90_SMEM 231520 /* decode_sm90.cu kSmemBytes90 */
-/* flashmla_decode_sm90 page class 0: two compute warpgroups and a producer warpgroup */
-#define MLA__FLASHMLA_DECODE_SM90_PC0_THREADS 384
+#define MLA__FLASHMLA_DECODE_SM90_SMEM 231488 /* decode_sm90.cu kSmemBytes90 */
 #define MLA__FLASHMLA_COMBINE_THREADS 256
 #define MLA__FLASHMLA_COMBINE_ROWS 32       /* rows per combine CTA (4 per warp) */
 #define MLA__FLASHMLA_WS_ALIGN 256

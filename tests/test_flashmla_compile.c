@@ -80,9 +80,7 @@ ParameterizedTest(compile_case *c, flashmla_compile, every_spec) {
               "%s %s: spec key: %s", desc, c->arch, mla_last_error());
     free(key);
     int sm90 = !strcmp(c->kernel, "flashmla_decode_sm90");
-    int want_threads = sm90 && c->v[1] == MLA__FLASHMLA_PAGE_ANY
-                           ? MLA__FLASHMLA_DECODE_SM90_PC0_THREADS
-                       : !strcmp(c->kernel, "flashmla_decode") || sm90
+    int want_threads = !strcmp(c->kernel, "flashmla_decode") || sm90
                            ? MLA__FLASHMLA_DECODE_THREADS
                        : !strcmp(c->kernel, "flashmla_combine") ? MLA__FLASHMLA_COMBINE_THREADS
                                                                 : MLA__FLASHMLA_METADATA_THREADS;

@@ -60,11 +60,6 @@ __device__ __forceinline__ void mbarrier_wait_parity(unsigned bar, unsigned pari
         : "memory");
 }
 
-// mbarrier.arrive.shared::cta.b64: one arrival (release semantics) on bar.
-__device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-
 // bar.sync id, count: waits until `count` threads have arrived at named barrier id.
 __device__ __forceinline__ void named_barrier_sync(int id, int count) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");

@@ -154,27 +154,16 @@ __device__ __forceinline__ void online_softmax_update(float (&s)[4][4], float (&
 
 // ---- outputs ----------------------------------------------------------------------------------
 
-// __syncthreads (kSyncThreads 0), or bar.sync 0 over the threads [0, kSyncThreads) only (a CTA
-// with other warps that do not take part).
-template <int kSyncThreads = 0>
-__device__ __forceinline__ void cta_sync() {
-    if constexpr (kSyncThreads > 0)
-        asm volatile("bar.sync 0, %0;\n" ::"n"(kSyncThreads) : "memory");
-    else
-        __syncthreads();
-}
-
-// Total row sums of both warps (one barrier pair, cta_sync<kSyncThreads>); returns them in st.l.
-template <int kSyncThreads = 0>
+// Total row sums of both warps (one barrier pair); returns them in st.l.
 __device__ __forceinline__ void finish_row_sums(RowState &st, float *red, int wm, int wn,
                                                 int lane) {
     const int r0 = wm * 16 + (lane >> 2);
     const float l0 = quad_sum(st.l[0]), l1 = quad_sum(st.l[1]);
     if ((lane & 3) == 0) red[wn * kBlockM + r0] = l0, red[wn * kBlockM + r0 + 8] = l1;
-    cta_sync<kSyncThreads>();
+    __syncthreads();
     st.l[0] = red[r0] + red[kBlockM + r0];
     st.l[1] = red[r0 + 8] + red[kBlockM + r0 + 8];
-    cta_sync<kSyncThreads>();
+    __syncthreads();
 }
 
 // Natural-log LSE of a finished row (m, l in base 2); meaningful only when l > 0.

@@ -74,24 +74,14 @@ constexpr int kSmemM1 = kSmemM0 + kBlockM * 4;
 constexpr int kSmemRed90 = kSmemM1 + kBlockM * 4;
 constexpr int kSmemBar = kSmemRed90 + 2 * kBlockM * 4;
 constexpr int kSmemNext = kSmemBar + 2 * 2 * 8;          // the next chunk (NextChunk), 8 ints
-constexpr int kSmemEmpty = kSmemNext + 8 * 4;            // page class 0: K0 / K1 empty mbarriers
-constexpr int kSmemUsed = kSmemEmpty + 2 * 2 * 8;        // 230496
-constexpr int kSmemBytes90 = kSmemUsed + 1024;           // + alignment slack: 231520
+constexpr int kSmemUsed = kSmemNext + 8 * 4;             // 230464
+constexpr int kSmemBytes90 = kSmemUsed + 1024;           // + alignment slack: 231488
 static_assert(kSmemP0 % 1024 == 0 && kSmemP1 % 1024 == 0, "swizzle atoms 1024-aligned");
 static_assert(kSmemBar % 8 == 0, "mbarriers 8-aligned");
 static_assert(kTileBytes90 == kTileBytes, "same tile size as the portable kernel");
 static_assert(kSmemBytes90 <= 232448, "fits the sm_90 shared memory of one CTA");
 
 constexpr int kWgThreads = 128;
-// Page class 0: a third warpgroup (threads 256-383, the producer) issues every K tile's cp.async,
-// so the two compute warpgroups (the consumers) only wait and multiply. setmaxnreg moves the
-// registers: the launch gives 65536 / 384 -> 168 a thread, the producer drops to 32 and the
-// consumers take 232 (32 + 2 x 232 <= 3 x 168; at 24 the producer spilled, ptxas 13.0).
-constexpr int kProducerRegs = 32, kConsumerRegs = 232;
-__host__ __device__ constexpr bool has_producer(int page_class) { return page_class == 0; }
-__host__ __device__ constexpr int cta_threads90(int page_class) {
-    return has_producer(page_class) ? kThreads + kWgThreads : kThreads;
-}
 // M0 / M1: sM0 / sM1 written; P0 / P1: sP0 / sP1 written; P0_FREE: warpgroup 1 has read sP0.
 enum NamedBarrier : int { kBarM0 = 1, kBarM1 = 2, kBarP0 = 3, kBarP1 = 4, kBarP0Free = 5 };
 
@@ -154,11 +144,11 @@ __device__ __forceinline__ void finish_q(unsigned base, unsigned (&q8)[4][4]) {
     const int lane = threadIdx.x & 31, wm = (threadIdx.x >> 5) & 3;
     cp_async_wait<0>();
     fence_proxy_async_shared();
-    cta_sync<kThreads>();  // the consumer threads (a producer warpgroup takes no part)
+    __syncthreads();
 #pragma unroll
     for (int k = 0; k < 4; k++)
         ldmatrix_x4(base + tile_off(wm * 16 + (lane & 15), 64 + 2 * k + (lane >> 4)), q8[k]);
-    cta_sync<kThreads>();
+    __syncthreads();
 }
 
 // The key row thread wt (of a warpgroup) supplies for the tile at t0 (row wt / 2): its block
@@ -250,13 +240,6 @@ __device__ __forceinline__ void load_tile(const DecodeParams &p, const TmaDesc &
     } else {
         load_pieces<kLo, kHi>(p, buf, bars, row_src(p, g, r), wt);
     }
-}
-
-// Page class 0: this warpgroup has waited for its last product reading its share of a buffer
-// (pieces 0-3 or 4-8): lane 0 of each warp arrives on that share's empty mbarrier (4 arrivals a
-// phase), which lets the producer refill it.
-__device__ __forceinline__ void release_pieces(unsigned empty, int lane) {
-    if (lane == 0) mbarrier_arrive(empty);
 }
 
 // TMA reads whole boxes: zeroes the V rows [valid, 64) (pieces 0-7) of the tile in buf, which
@@ -554,13 +537,11 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
                                unsigned (&phase)[2], int req, int g, int m, int rows, int len,
                                int t_begin, int t_end, bool direct, int slot, bool preloaded) {
     constexpr bool kF16 = KvTraits<kKV>::kF16;
-    constexpr bool kProducer = has_producer(kPageClass);  // the producer loads the tiles
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp & 3, wg = warp >> 2;
     const int wt = threadIdx.x & (kWgThreads - 1);
     const unsigned base = smem_addr(smem);
     const unsigned q = base + kSmemQ90, k0 = base + kSmemK0, k1 = base + kSmemK1;
     const unsigned bar0 = base + kSmemBar, bar1 = bar0 + 2 * 8;
-    const unsigned empty0 = base + kSmemEmpty, empty1 = empty0 + 2 * 8;
     float *sm0 = reinterpret_cast<float *>(smem + kSmemM0);
     float *sm1 = reinterpret_cast<float *>(smem + kSmemM1);
     float *red = reinterpret_cast<float *>(smem + kSmemRed90);
@@ -576,7 +557,7 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
 
     // Prologue: tiles 0 and 1 (warpgroup 0 loads pieces 0-3 of both, warpgroup 1 pieces 4-8),
     // issued before the wait for a request's Q so that both loads are in flight together.
-    if (!kProducer && n_tiles > 0 && !preloaded) {
+    if (n_tiles > 0 && !preloaded) {
         const RowRef ra = fetch_row<kPageClass>(p, req, t_begin, t_stop, wt);
         const RowRef rb = fetch_row<kPageClass>(p, req, t_begin + kBlockN, t_stop, wt);
         if (wg == 0) {
@@ -638,17 +619,12 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
             pair_wg0_beta(st, f, m_a, sm1, r0);
             wgmma_wait_group<0>();
             reg_fence(o);
-            if (kProducer)  // V0_L consumed
-                release_pieces(empty0, lane);
-            else if (load_a)
+            if (load_a)  // V0_L consumed
                 load_tile<0, kVPieces, kPageClass>(p, tk, k0, bar0, na, g, wt);
             scale_o(o, f);
             if (has_b) pv_remote<kF16>(o, kBarP1, base + kSmemP1, k1, 0);  // V1_L: K1 pieces 0-3
-            if (kProducer) {  // V1_L consumed
-                if (has_b) release_pieces(empty1, lane);
-            } else if (load_b) {  // V1_L consumed (or K1 unused in this pair)
+            if (load_b)  // V1_L consumed (or K1 unused in this pair)
                 load_tile<0, kVPieces, kPageClass>(p, tk, k1, bar1, nb, g, wt);
-            }
             if (next_a) {
                 qk_tile<kF16, kPageClass != 1>(s, q8, q, k0, bar0, phase[0]);
                 phase[0] ^= 1;
@@ -669,17 +645,12 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
             if (has_b) pair_wg1_p1<kF16>(s, m_b, l_b, pa, smem, wm, lane);
             pv_remote<kF16>(o, kBarP0, base + kSmemP0, k0, 1);  // V0_R: K0 pieces 4-7
             if (next_a) named_barrier_arrive(kBarP0Free, 2 * kWgThreads);
-            if (kProducer)  // V0_R read
-                release_pieces(empty0 + 8, lane);
-            else if (load_a)
+            if (load_a)  // V0_R read
                 load_tile<kVPieces, kPieces, kPageClass>(p, tk, k0, bar0, na, g, wt);
             pair_wg1_beta(st, o, f, m_a, m_b, l_b);
             if (has_b) pv_rs_wait<kF16>(o, pa, k1, 1);
-            if (kProducer) {  // V1_R consumed
-                if (has_b) release_pieces(empty1 + 8, lane);
-            } else if (load_b) {  // V1_R consumed (or K1 unused in this pair)
+            if (load_b)  // V1_R consumed (or K1 unused in this pair)
                 load_tile<kVPieces, kPieces, kPageClass>(p, tk, k1, bar1, nb, g, wt);
-            }
             if (next_b) {
                 qk_tile<kF16, kPageClass != 1>(s, q8, q, k1, bar1, phase[1]);
                 phase[1] ^= 1;
@@ -687,14 +658,14 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
         }
     }
     if (pre_q) {  // Q piece 8 (sP1) once warpgroup 0 has read sP1
-        cta_sync<kThreads>();
+        __syncthreads();
         load_q_pieces<kPieces - 1, kPieces, kThreads>(p, q, nx->req, g, m, rows, threadIdx.x);
         cp_async_commit();
     }
 
     // Row sums of both warpgroups (the portable kernel's exchange, warpgroup for column half),
     // then each stores its half of O.
-    finish_row_sums<kThreads>(st, red, wm, wg, lane);
+    finish_row_sums(st, red, wm, wg, lane);
     store_rows<kKV>(p, o, st, req, g, m, rows, direct, slot, 1.f, wm, wg, lane);
     return n_tiles > 0;
 }
@@ -729,92 +700,12 @@ __device__ __forceinline__ bool find_chunk(const DecodeParams &p, const int *rec
     return false;
 }
 
-// cp.async of pieces [kLo, kHi) of the 4 rows r_first + 4 j (sources src[j], null: zero fill),
-// chunk ch of each piece: by a producer warp, whose 4 x 8 lanes cover whole 128-byte lines.
-template <int kLo, int kHi>
-__device__ __forceinline__ void copy_rows(const DecodeParams &p, unsigned buf,
-                                          const unsigned char *const (&src)[4], int r_first,
-                                          int ch) {
-#pragma unroll
-    for (int pc = kLo; pc < kHi; pc++)
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const int r = r_first + 4 * j;
-            const bool valid = src[j] != nullptr;
-            const unsigned char *g = valid ? src[j] + (pc * 8 + ch) * 16
-                                           : static_cast<const unsigned char *>(p.k);
-            cp_async_16(buf + pc * kPieceBytes + r * 128 + ((ch ^ (r & 7)) << 4), g, valid);
-        }
-}
-
-// Page class 0, the producer warpgroup (threads 256-383): walks the CTA's chunks as the kernel
-// does (find_chunk, chunk_key_stop) and copies each chunk's tiles in order, tile i of a chunk
-// into K0 (i even) or K1 (i odd), as attend_chunk90 reads them. Per tile: pieces 0-3 once the
-// consumers released that buffer's previous pieces 0-3 (warpgroup 0, empty mbarrier), completing
-// the full mbarrier of pieces 0-3 (128 cp.async arrivals, as load_pieces); then pieces 4-8 alike
-// (released by warpgroup 1). Warp pw copies the rows [16 pw, +16): lane l rows 16 pw + l / 8 +
-// 4 j, chunk l % 8 of each piece, i.e. whole 128-byte lines per instruction; each lane finds the
-// sources of its 4 rows itself (block-table reads issued before the wait for the buffer, and
-// prefetched into L1 two tiles ahead: the read at the tile's turn is on the producer's path).
-template <int kKV, bool kCausal>
-__device__ void produce_tiles(const DecodeParams &p, const int *rec, unsigned base, int g, int m,
-                              int rows) {
-    const int pt = threadIdx.x - kThreads, lane = pt & 31, ch = lane & 7;
-    const int r_first = (pt >> 5) * 16 + (lane >> 3);
-    unsigned fills = 0;  // bit i: parity of the number of fills of buffer i so far
-    Chunk c;
-    bool have = find_chunk(p, rec, max(rec[kBeginReq], 0), -1, c);
-    while (have) {
-        const int t_stop = chunk_key_stop<kCausal>(p, m, rows, c.len, c.t_end);
-        int i = 0;
-        for (int t0 = c.t_begin; t0 < t_stop; t0 += kBlockN, i ^= 1) {
-            const unsigned buf = base + (i ? kSmemK1 : kSmemK0);
-            const unsigned full = base + kSmemBar + i * 16, empty = base + kSmemEmpty + i * 16;
-            {  // the block-table entries of the chunk's next two tiles into L1 (thread pt: row
-               // pt % 64 of the tile 1 + pt / 64 ahead), so that the reads below hit L1
-                const int t = t0 + kBlockN * (1 + (pt >> 6)) + (pt & 63);
-                const int page = page_of(p, t);
-                if (t < t_stop && page < p.max_blocks)
-                    prefetch_l1(p.block_table + (long long)c.req * p.bt_stride + page);
-            }
-            const unsigned char *src[4];
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const int t = t0 + r_first + 4 * j;
-                src[j] = t < t_stop ? key_row<kKV, 0>(p, c.req, g, t, t) : nullptr;
-            }
-            // the first fill of a buffer waits for parity 1, which a fresh mbarrier reports done
-            const unsigned parity = ((fills >> i) & 1) ^ 1;
-            mbarrier_wait_parity(empty, parity);
-            copy_rows<0, kVPieces>(p, buf, src, r_first, ch);
-            cp_async_mbarrier_arrive_noinc(full);
-            mbarrier_wait_parity(empty + 8, parity);
-            copy_rows<kVPieces, kPieces>(p, buf, src, r_first, ch);
-            cp_async_mbarrier_arrive_noinc(full + 8);
-            fills ^= 1u << i;
-        }
-        have = find_chunk(p, rec, c.req, c.u1, c);
-    }
-    cp_async_commit();
-    cp_async_wait<0>();  // no cp.async left in flight at exit
-}
-
-// setmaxnreg.dec / .inc.sync.aligned.u32 (sm_90a; all warps of the warpgroup execute it).
-template <int kRegs>
-__device__ __forceinline__ void setmaxnreg_dec() {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
-template <int kRegs>
-__device__ __forceinline__ void setmaxnreg_inc() {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
-
 }  // namespace sm90
 
-// Same grid, block (256 threads; page class 0: 384, the third warpgroup the producer) and
-// schedule walk as decode_kernel; dynamic shared memory sm90::kSmemBytes90.
+// Same grid, block (256 threads) and schedule walk as decode_kernel; dynamic shared memory
+// sm90::kSmemBytes90.
 template <int kKV, int kPageClass, bool kCausal>
-__global__ void __launch_bounds__(sm90::cta_threads90(kPageClass), 1) decode_sm90_kernel(
+__global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(
     const __grid_constant__ DecodeParams p, const __grid_constant__ sm90::TmaDesc tk) {
     static_assert(kKV == 0 || kKV == 1, "the sm_90a decode takes 16-bit KV");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -828,17 +719,7 @@ __global__ void __launch_bounds__(sm90::cta_threads90(kPageClass), 1) decode_sm9
     if (threadIdx.x < 4)
         mbarrier_init(base + sm90::kSmemBar + threadIdx.x * 8,
                       kPageClass == 1 ? 1 : sm90::kWgThreads);  // TMA: one expect_tx arrival
-    else if (sm90::has_producer(kPageClass) && threadIdx.x < 8)  // one arrival a consumer warp
-        mbarrier_init(base + sm90::kSmemEmpty + (threadIdx.x - 4) * 8, 4);
     __syncthreads();
-    if constexpr (sm90::has_producer(kPageClass)) {
-        if (threadIdx.x >= kThreads) {
-            sm90::setmaxnreg_dec<sm90::kProducerRegs>();
-            sm90::produce_tiles<kKV, kCausal>(p, rec, base, g, m, rows);
-            return;
-        }
-        sm90::setmaxnreg_inc<sm90::kConsumerRegs>();
-    }
     unsigned phase[2] = {0, 0};  // parity of the next phase of the K0 / K1 mbarriers
     unsigned q8[4][4];           // Q columns 512-575 of q_req (finish_q)
     bool q_pending = false;      // Q of q_req issued, q8 not loaded yet
@@ -849,7 +730,7 @@ __global__ void __launch_bounds__(sm90::cta_threads90(kPageClass), 1) decode_sm9
     while (have) {
         sm90::Chunk nxt;
         const bool have_next = sm90::find_chunk(p, rec, cur.req, cur.u1, nxt);
-        cta_sync<kThreads>();  // the previous chunk is done with Q, sP1, K0 / K1 and kSmemNext
+        __syncthreads();  // the previous chunk is done with Q, sP1, K0 / K1 and kSmemNext
         if (cur.req != q_req) {
             const int after = have_next && nxt.req != cur.req ? nxt.req : -1;
             if (!preloaded) sm90::load_q_tile90(p, base + sm90::kSmemQ90, cur.req, g, m, rows, after);
@@ -867,7 +748,7 @@ __global__ void __launch_bounds__(sm90::cta_threads90(kPageClass), 1) decode_sm9
                 nx->new_req = nxt.req != cur.req;
             }
         }
-        cta_sync<kThreads>();  // kSmemNext visible
+        __syncthreads();  // kSmemNext visible
         preloaded = sm90::attend_chunk90<kKV, kPageClass, kCausal>(
             p, tk, smem, q8, q_pending, phase, cur.req, g, m, rows, cur.len, cur.t_begin,
             cur.t_end, cur.direct, cur.slot, preloaded);
