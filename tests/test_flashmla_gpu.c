@@ -3,7 +3,7 @@
  *
  * The sweep covers every value of FlashMLA's own axes (b 1/2/6/64/128, s_q 1/2/4 and MTP 8,
  * s_k 20/140/4096, h_q 1/3/9/16/63/64/126/128, h_kv 1/2/3/8, varlen with zero-length requests,
- * causal on and off, pages 1/16/32/64/128, bf16/fp16/fp8, strided tensors, forced part counts)
+ * causal on and off, pages 1/3/16/32/64/128, bf16/fp16/fp8, strided tensors, forced part counts)
  * without the full cross product. Poison as in FlashMLA's tests (util/flashmla_case.h). Every
  * schedule is also checked on its own: each unit of each request is covered once, in order, and
  * the chunk indices of a request are 0 .. n - 1 in order; and alone, at scale (b up to 5000, P up
@@ -57,6 +57,11 @@ static mlt_fm_case sweep[] = {
     {"fp16 b64 sq2 sk140 h63/1 p128 var zeros strided", FP, 64, 2, 140, 63, 1, 128, 1, 6, 0, 1, 0, 0,
      0, 0},
     {"fp16 b1 sq1 sk4096 h1/1 p1", FP, 1, 1, 4096, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+    /* sm_90a page class 0 (producer warpgroup): several chunks per CTA, split and whole */
+    {"bf16 b16 sq1 sk1000 h128/1 p1 var zeros parts=5", BF, 16, 1, 1000, 128, 1, 1, 1, 3, 0, 0,
+     5, 0, 0, 0},
+    {"fp16 b16 sq2 sk1000 h32/2 p3 var causal strided parts=9", FP, 16, 2, 1000, 32, 2, 3, 1, 0, 1,
+     1, 9, 0, 0, 0},
     {"fp8 b6 sq2 sk4096 h128/1 p64 var causal", F8, 6, 2, 4096, 128, 1, 64, 1, 0, 1, 0, 0, 0, 0, 0},
     {"fp8 b2 sq1 sk140 h16/1 p1", F8, 2, 1, 140, 16, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0},
     {"fp8 b64 sq1 sk4096 h64/1 p64 var zeros", F8, 64, 1, 4096, 64, 1, 64, 1, 3, 0, 0, 0, 0, 0, 0},
