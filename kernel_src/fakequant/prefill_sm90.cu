@@ -1,0 +1,383 @@
+// Fake-quant MLA prefill on wgmma (sm_90a; elsewhere the wgmma wrappers trap and the runtime
+// never selects it): the numerics of prefill_mma.cu (codes, per-tensor factors on the fp32
+// results, masks, N:M, block_n schedule of P, LSE; its score, softmax-chunk and store steps are
+// used as they are) in a FlashAttention-3-like warp-specialized CTA.
+//
+// Template parameters (spec "fakequant_prefill_sm90"): kF16 (else bf16), kQ, kK, kP, kV
+// (QdqMode), kM (0, 4, 8), kDqk (64, 128, 192), kDv (64, 128).
+//
+// CTA: 3 warpgroups over 128 rows of one (sequence, kv head) (rows as prefill_mma.cu: (query,
+// head of the group), query-major; same grid and tile walk, 128-row tiles):
+//   warpgroup 0, warp 0, one lane: the producer. For each 64-key KV tile it waits for the ring
+//     stage to be empty (mbarrier `empty`, 256 consumer arrivals), then loads K (kDqk / 64 boxes
+//     of 64 keys x 64 features) and V (kDv / 64 boxes) by TMA into the stage, completing on the
+//     `full_k` / `full_v` mbarriers (expect_tx). Keys past the tensor's end read as zeros.
+//   warpgroup 0, warps 1-3 (96 threads), only when K or V is quantized: the quantizers. They wait
+//     for `full_k` (`full_v`), replace the tile by its codes in shared memory (once per CTA and
+//     tile; V: rows past k_len zeroed first, so the NVFP4 tail group pads with 0), and arrive on
+//     `ready_k` (`ready_v`), which the consumers then wait for instead.
+//   warpgroups 1 and 2: the consumers, 64 rows each. Q (64 rows, zero past the last) arrives by
+//     cp.async into the warpgroup's own swizzled slabs and is quantized there (q_quant). Per KV
+//     tile: S = Qc Kc^T by kDqk / 16 wgmma.m64n64k16 (both operands 128-byte-swizzled K-major
+//     shared memory), the scores, the softmax per 16-key chunk (prefill_mma.cu's pm_scores and
+//     pm_chunk_p: the S accumulator of warp w is the mma.sync C fragment of rows 16 w .. 16 w +
+//     15), each chunk's P (quantized or 16-bit) as the register A operand of one
+//     wgmma.m64n{kDv}k16 with V from shared memory through the transposed (N-major) descriptor,
+//     then one arrival per thread on `empty`. A warpgroup skips the products of tiles wholly
+//     past its causal bound (it still waits for and releases the stage).
+//
+// Shared memory (1024-byte aligned; every slab is 64 rows x 128 bytes, 128-byte swizzle as TMA
+// writes it): Q [2 warpgroups][kDqk / 64 slabs], then kStages x K [kDqk / 64 slabs], kStages x V
+// [kDv / 64 slabs], then the mbarriers. Requirements (host): as prefill_mma.cu, plus the K and V
+// tensor maps (runtime/fakequant_prefill.c).
+#include "fakequant/prefill_mma.cu"
+
+#include "common/mbarrier.cuh"
+#include "common/wgmma.cuh"
+#include "flashmla/ptx.cuh"
+
+namespace mla {
+namespace fakequant {
+namespace sm90p {
+
+// The CUtensorMap of a kernel parameter (128 bytes, 64-byte aligned).
+struct alignas(64) TmaDesc {
+    unsigned long long bytes[16];
+};
+
+constexpr int kBN = 64;            // keys of a KV tile
+constexpr int kWg = 128;           // threads of a warpgroup
+constexpr int kThreads = 3 * kWg;  // producer / quantizer warpgroup, two consumer warpgroups
+constexpr int kSlab = 64 * 128;    // bytes of a 64-row, 128-byte-swizzled slab
+constexpr int kQuantThreads = 96;  // warps 1-3 of warpgroup 0
+constexpr int kSmemMax = 232448;   // the H100/H200 per-block opt-in maximum
+
+template <int kDqk, int kDv>
+struct Layout {
+    static constexpr int kQSlabs = kDqk / 64, kVSlabs = kDv / 64;
+    static constexpr int kQBytes = kQSlabs * kSlab;  // one warpgroup's Q
+    static constexpr int kKBytes = kQSlabs * kSlab, kVBytes = kVSlabs * kSlab;
+    static constexpr int kAvail = kSmemMax - 1024 - 256 - 2 * kQBytes;
+    static constexpr int kStages =
+        kAvail / (kKBytes + kVBytes) > 4 ? 4 : kAvail / (kKBytes + kVBytes);
+    static constexpr int kK = 2 * kQBytes, kV = kK + kStages * kKBytes;
+    static constexpr int kBar = kV + kStages * kVBytes;
+    static constexpr int kBytes = kBar + 5 * kStages * 8 + 1024;  // + alignment slack
+    static_assert(kStages >= 2, "two stages at least");
+};
+
+// Keeps the compiler from moving accesses of a wgmma accumulator across the asm that waits for it.
+template <int N>
+__device__ __forceinline__ void acc_fence(float (&d)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) asm volatile("" : "+f"(d[i][e])::"memory");
+}
+
+// Byte offset of 16-byte chunk c of row r in a 128-byte-swizzled slab.
+__device__ __forceinline__ unsigned sw(int r, int c) { return swz(r, c, 128); }
+
+// In-place codes of the 64 rows of a tile of kD features (kD / 64 slabs at t) by kN threads
+// (tid < kN): fp8 per 16-byte chunk, nvfp4 per 16-feature block (two chunks of one row).
+template <bool kF16, int kMode, int kN, int kD>
+__device__ __forceinline__ void quant_rows(unsigned char *t, int tid, float scale) {
+    if constexpr (kMode == kNvfp4) {
+        constexpr int kPer = kD / 16, kItems = 64 * kPer;
+#pragma unroll 2
+        for (int it = 0; it < (kItems + kN - 1) / kN; it++) {
+            const int b = it * kN + tid;
+            if (kItems % kN != 0 && b >= kItems) break;
+            const int r = b / kPer, blk = b % kPer, slab = blk / 4, c0 = (blk % 4) * 2;
+            uint4 *x0 = reinterpret_cast<uint4 *>(t + slab * kSlab + sw(r, c0));
+            uint4 *x1 = reinterpret_cast<uint4 *>(t + slab * kSlab + sw(r, c0 + 1));
+            uint4 w[2] = {*x0, *x1};
+            unsigned short *h = reinterpret_cast<unsigned short *>(w);
+            float v[16];
+#pragma unroll
+            for (int i = 0; i < 16; i++) v[i] = pm_to_f32<kF16>(h[i]);
+            nvfp4_code16(v, scale);
+#pragma unroll
+            for (int i = 0; i < 16; i++) h[i] = pm_from_f32<kF16>(v[i]);
+            *x0 = w[0], *x1 = w[1];
+        }
+    } else if constexpr (kMode == kFp8) {
+        constexpr int kPer = kD / 8, kItems = 64 * kPer;
+#pragma unroll 2
+        for (int it = 0; it < (kItems + kN - 1) / kN; it++) {
+            const int e = it * kN + tid;
+            if (kItems % kN != 0 && e >= kItems) break;
+            const int r = e / kPer, ch = e % kPer;
+            uint4 *x = reinterpret_cast<uint4 *>(t + (ch / 8) * kSlab + sw(r, ch % 8));
+            uint4 w = *x;
+            unsigned short *h = reinterpret_cast<unsigned short *>(&w);
+#pragma unroll
+            for (int i = 0; i < 8; i++) h[i] = pm_from_f32<kF16>(fp8_code(pm_to_f32<kF16>(h[i]), scale));
+            *x = w;
+        }
+    }
+}
+
+// V codes of a 64-key tile (kDv / 64 slabs at t) in place by kN threads: fp8 elementwise, nvfp4
+// per feature over the 16 keys of each group (an item: two adjacent features of one group).
+template <bool kF16, int kMode, int kN, int kDv>
+__device__ __forceinline__ void quant_v(unsigned char *t, int tid, float scale) {
+    if constexpr (kMode == kNvfp4) {
+        constexpr int kItems = (kDv / 2) * (kBN / 16);
+#pragma unroll 1
+        for (int it = 0; it < (kItems + kN - 1) / kN; it++) {
+            const int c = it * kN + tid;
+            if (kItems % kN != 0 && c >= kItems) break;
+            const int f = (c % (kDv / 2)) * 2, g = c / (kDv / 2);
+            unsigned char *col = t + (f / 64) * kSlab + (f % 8) * 2;
+            const int ch = (f % 64) / 8;
+            float v0[16], v1[16];
+#pragma unroll
+            for (int i = 0; i < 16; i++) {
+                const unsigned w = *reinterpret_cast<const unsigned *>(col + sw(16 * g + i, ch));
+                v0[i] = pm_to_f32<kF16>(w & 0xffff), v1[i] = pm_to_f32<kF16>(w >> 16);
+            }
+            nvfp4_code16(v0, scale);
+            nvfp4_code16(v1, scale);
+#pragma unroll
+            for (int i = 0; i < 16; i++)
+                *reinterpret_cast<unsigned *>(col + sw(16 * g + i, ch)) =
+                    pm_from_f32<kF16>(v0[i]) | (unsigned)pm_from_f32<kF16>(v1[i]) << 16;
+        }
+    } else if constexpr (kMode == kFp8) {
+        quant_rows<kF16, kFp8, kN, kDv>(t, tid, scale);
+    }
+}
+
+// Zeroes rows [first, 64) of a tile of kD features (kD / 64 slabs at t) by kN threads.
+template <int kN, int kD>
+__device__ __forceinline__ void zero_rows(unsigned char *t, int first, int tid) {
+    constexpr int kPer = kD / 8;
+    for (int e = first * kPer + tid; e < 64 * kPer; e += kN) {
+        const int r = e / kPer, ch = e % kPer;
+        *reinterpret_cast<uint4 *>(t + (ch / 8) * kSlab + sw(r, ch % 8)) = make_uint4(0, 0, 0, 0);
+    }
+}
+
+// The keys a CTA tile (rows [r0, r0 + 128)) or warpgroup slice reads: [0, end).
+__device__ __forceinline__ int key_end(const PrefillMmaParams &p, int r_last, int G, int k_len,
+                                       int off) {
+    return p.causal ? max(0, min(k_len, r_last / G + off + 1)) : k_len;
+}
+
+// O += P V for one 16-key chunk: P as the A fragment, V rows [16 c, 16 c + 16) of the stage
+// through the N-major descriptor (LBO: the next 64-feature slab, SBO: the next 8 keys).
+template <bool kF16, int kDv>
+__device__ __forceinline__ void pv_chunk(float (&o)[kDv / 8][4], const unsigned (&a)[4],
+                                         unsigned v, int c) {
+    const unsigned long long d = wgmma_desc_sw128(v + c * 16 * 128, kSlab, 1024);
+    if constexpr (kDv == 128) wgmma_m64n128k16_rs<kF16, 1>(o, a, d, 1);
+    else wgmma_m64n64k16_rs<kF16, 1>(o, a, d, 1);
+}
+
+}  // namespace sm90p
+
+template <bool kF16, int kQ, int kK, int kP, int kV, int kM, int kDqk, int kDv>
+__global__ void __launch_bounds__(sm90p::kThreads, 1)
+    prefill_sm90_kernel(const __grid_constant__ PrefillMmaParams p,
+                        const __grid_constant__ sm90p::TmaDesc tk,
+                        const __grid_constant__ sm90p::TmaDesc tv) {
+    using namespace sm90p;
+    using L = Layout<kDqk, kDv>;
+    constexpr int kS = L::kStages, kOn = kDv / 8;
+    constexpr bool kQuantKV = kK != kNone || kV != kNone;
+    static_assert(kDv == 64 || kDv == 128, "dv 64 or 128");
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+    const unsigned base = smem_addr(smem);
+    const unsigned bar_full_k = base + L::kBar, bar_full_v = bar_full_k + 8 * kS;
+    const unsigned bar_ready_k = bar_full_v + 8 * kS, bar_ready_v = bar_ready_k + 8 * kS;
+    const unsigned bar_empty = bar_ready_v + 8 * kS;
+
+    const int b = blockIdx.z, hk = blockIdx.y, wg = threadIdx.x / kWg;
+    const long long q0 = p.cu_q[b], k0 = p.cu_k[b];
+    const int q_len = p.cu_q[b + 1] - p.cu_q[b];
+    int k_len = p.cu_k[b + 1] - p.cu_k[b];
+    if (q_len <= 0) return;
+    if (k_len < 0) k_len = 0;
+    const int G = p.heads / p.kv_heads;
+    const int rows = q_len * G, tiles = (rows + 127) / 128;
+    const int off = k_len - q_len;
+
+    if (threadIdx.x < kS) {
+        mbarrier_init(bar_full_k + 8 * threadIdx.x, 1);
+        mbarrier_init(bar_full_v + 8 * threadIdx.x, 1);
+        mbarrier_init(bar_ready_k + 8 * threadIdx.x, kQuantThreads);
+        mbarrier_init(bar_ready_v + 8 * threadIdx.x, kQuantThreads);
+        mbarrier_init(bar_empty + 8 * threadIdx.x, 2 * kWg);
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        if (threadIdx.x == 0) {  // the producer
+            const unsigned long long policy = flashmla::l2_policy_evict_last();
+            int it = 0;
+            for (int tile = tiles - 1 - (int)blockIdx.x; tile >= 0; tile -= (int)gridDim.x) {
+                const int end = key_end(p, min(tile * 128 + 128, rows) - 1, G, k_len, off);
+                const int n_tiles = (end + kBN - 1) / kBN;
+                for (int n = 0; n < n_tiles; n++, it++) {
+                    const int s = it % kS;
+                    mbarrier_wait_parity(bar_empty + 8 * s, ((it / kS) & 1) ^ 1);
+                    const int key = (int)k0 + n * kBN;
+                    mbarrier_arrive_expect_tx(bar_full_k + 8 * s, L::kKBytes);
+#pragma unroll
+                    for (int c = 0; c < L::kQSlabs; c++)
+                        tma_load_4d(base + L::kK + s * L::kKBytes + c * kSlab, &tk, bar_full_k + 8 * s,
+                                    c * 64, hk, key, 0, policy);
+                    mbarrier_arrive_expect_tx(bar_full_v + 8 * s, L::kVBytes);
+#pragma unroll
+                    for (int c = 0; c < L::kVSlabs; c++)
+                        tma_load_4d(base + L::kV + s * L::kVBytes + c * kSlab, &tv, bar_full_v + 8 * s,
+                                    c * 64, hk, key, 0, policy);
+                }
+            }
+        } else if (kQuantKV && threadIdx.x >= 32) {  // the quantizers
+            const int tid = threadIdx.x - 32;
+            int it = 0;
+            for (int tile = tiles - 1 - (int)blockIdx.x; tile >= 0; tile -= (int)gridDim.x) {
+                const int end = key_end(p, min(tile * 128 + 128, rows) - 1, G, k_len, off);
+                const int n_tiles = (end + kBN - 1) / kBN;
+                for (int n = 0; n < n_tiles; n++, it++) {
+                    const int s = it % kS;
+                    const unsigned ph = (it / kS) & 1;
+                    if constexpr (kK != kNone) {
+                        mbarrier_wait_parity(bar_full_k + 8 * s, ph);
+                        quant_rows<kF16, kK, kQuantThreads, kDqk>(smem + L::kK + s * L::kKBytes, tid,
+                                                                  p.k_scale);
+                        fence_proxy_async_shared();
+                        mbarrier_arrive(bar_ready_k + 8 * s);
+                    }
+                    if constexpr (kV != kNone) {
+                        mbarrier_wait_parity(bar_full_v + 8 * s, ph);
+                        unsigned char *vt = smem + L::kV + s * L::kVBytes;
+                        const int valid = k_len - n * kBN;
+                        if (valid < kBN) {
+                            zero_rows<kQuantThreads, kDv>(vt, valid, tid);
+                            // every quantizer's zeros land before any reads the tile's groups
+                            named_barrier_sync(3, kQuantThreads);
+                        }
+                        quant_v<kF16, kV, kQuantThreads, kDv>(vt, tid, p.v_scale);
+                        fence_proxy_async_shared();
+                        mbarrier_arrive(bar_ready_v + 8 * s);
+                    }
+                }
+            }
+        }
+        return;
+    }
+
+    // consumers
+    const int cw = wg - 1, wt = threadIdx.x % kWg, warp = wt / 32, lane = threadIdx.x & 31;
+    const int g = lane >> 2;
+    const int nb = kP != kNone && p.block_n < kBN ? p.block_n / 16 : 4;
+    const unsigned q_s = base + cw * L::kQBytes;
+    const unsigned bar_k = kK != kNone ? bar_ready_k : bar_full_k;
+    const unsigned bar_v = kV != kNone ? bar_ready_v : bar_full_v;
+    const float neg_inf = pm_neg_inf();
+    int it = 0;
+    for (int tile = tiles - 1 - (int)blockIdx.x; tile >= 0; tile -= (int)gridDim.x) {
+        const int r0 = tile * 128, r0w = r0 + 64 * cw;
+        const int end = key_end(p, min(r0 + 128, rows) - 1, G, k_len, off);
+        const int n_tiles = (end + kBN - 1) / kBN;
+        const int end_w = r0w < rows ? key_end(p, min(r0w + 64, rows) - 1, G, k_len, off) : 0;
+        const int n_w = (end_w + kBN - 1) / kBN;
+        const int i_first = r0w / G;
+
+        // Q rows [r0w, r0w + 64) (zero past the last row) into the warpgroup's slabs
+        {
+            constexpr int kPer = kDqk / 8;
+            const unsigned short *gq = static_cast<const unsigned short *>(p.q);
+#pragma unroll 4
+            for (int e = wt; e < 64 * kPer; e += kWg) {
+                const int r = e / kPer, ch = e % kPer, rr = r0w + r;
+                const bool ok = rr < rows;
+                const unsigned short *src =
+                    ok ? gq + (q0 + rr / G) * p.q_stride_t + (long long)(hk * G + rr % G) * p.q_stride_h + ch * 8
+                       : gq;
+                cp_async_16(smem + cw * L::kQBytes + (ch / 8) * kSlab + sw(r, ch % 8), src, ok);
+            }
+            cp_async_commit();
+            cp_async_wait<0>();
+            if constexpr (kQ != kNone) {
+                named_barrier_sync(1 + cw, kWg);
+                quant_rows<kF16, kQ, kWg, kDqk>(smem + cw * L::kQBytes, wt, p.q_scale);
+            }
+            fence_proxy_async_shared();
+            named_barrier_sync(1 + cw, kWg);
+        }
+
+        const int ra = r0w + warp * 16 + g, rb = ra + 8;
+        const int ia = ra / G, ib = rb / G;
+        float m[2] = {neg_inf, neg_inf}, l[2] = {0.f, 0.f};
+        float o[kOn][4];
+#pragma unroll
+        for (int j = 0; j < kOn; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+
+        for (int n = 0; n < n_tiles; n++, it++) {
+            const int s = it % kS;
+            const unsigned ph = (it / kS) & 1;
+            const unsigned kt = base + L::kK + s * L::kKBytes, vt = base + L::kV + s * L::kVBytes;
+            mbarrier_wait_parity(bar_k + 8 * s, ph);
+            if (n >= n_w) {  // wholly past this warpgroup's causal bound: release only
+                mbarrier_arrive(bar_empty + 8 * s);
+                continue;
+            }
+            // S = Qc Kc^T
+            float sc[8][4];
+            {
+                const unsigned long long qd = wgmma_desc_sw128(q_s, 16, 1024);
+                const unsigned long long kd = wgmma_desc_sw128(kt, 16, 1024);
+                wgmma_fence();
+#pragma unroll
+                for (int c = 0; c < L::kQSlabs; c++)
+#pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        const unsigned off16 = (c * kSlab + k * 32) >> 4;
+                        wgmma_m64n64k16_ss<kF16, 0>(sc, qd + off16, kd + off16, c + k > 0);
+                    }
+                wgmma_commit_group();
+                wgmma_wait_group<0>();
+                acc_fence(sc);
+            }
+            const int j0 = n * kBN;
+            const bool masked = j0 + kBN > k_len || (p.causal && j0 + kBN - 1 > i_first + off);
+            pm_scores<kM>(sc, p, j0, masked, ia, ib, k_len, off, q_len);
+
+            mbarrier_wait_parity(bar_v + 8 * s, ph);
+            if (kV == kNone && j0 + kBN > k_len) {
+                // rows past k_len belong to another sequence (or are past the tensor: zeros);
+                // their P is 0, but a non-finite value would still reach O: zero them
+                zero_rows<kWg, kDv>(smem + L::kV + s * L::kVBytes, k_len - j0, wt);
+                fence_proxy_async_shared();
+                named_barrier_sync(1 + cw, kWg);
+            }
+            float mu[2];
+            unsigned a[4][4];
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                if (c > 0 && c % nb == 0) {  // pm_chunk_p rescales o: the earlier chunks first
+                    wgmma_commit_group();
+                    wgmma_wait_group<0>();
+                    acc_fence(o);
+                }
+                pm_chunk_p<kF16, kP, kOn>(sc, c, nb, m, l, mu, o, p.p_scale, a[c]);
+                wgmma_fence();
+                pv_chunk<kF16, kDv>(o, a[c], vt, c);
+            }
+            wgmma_commit_group();
+            wgmma_wait_group<0>();
+            acc_fence(o);
+            mbarrier_arrive(bar_empty + 8 * s);
+        }
+
+        pm_store<kF16, kOn>(p, o, m, l, ra, rows, G, hk, q0);
+    }
+}
+
+}  // namespace fakequant
+}  // namespace mla
