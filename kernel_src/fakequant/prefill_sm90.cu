@@ -34,6 +34,7 @@
 
 #include "common/mbarrier.cuh"
 #include "common/wgmma.cuh"
+#include "fakequant/decode_mma_codes.cuh"
 #include "flashmla/ptx.cuh"
 
 namespace mla {
@@ -78,10 +79,51 @@ __device__ __forceinline__ void acc_fence(float (&d)[N][4]) {
 // Byte offset of 16-byte chunk c of row r in a 128-byte-swizzled slab.
 __device__ __forceinline__ unsigned sw(int r, int c) { return swz(r, c, 128); }
 
+// The scales a quantizer of 16-bit values needs (decode_mma_codes.cuh): fp8: sc and 1 / sc;
+// nvfp4: gs, fl32(6 gs) and its reciprocal.
+struct QScale {
+    float s, r, g6, r6;
+};
+template <int kMode>
+__device__ __forceinline__ QScale qscale(float s) {
+    QScale q;
+    q.s = s, q.r = __frcp_rn(s);
+    q.g6 = __fmul_rn(6.f, s), q.r6 = __frcp_rn(q.g6);
+    return q;
+}
+
+// NVFP4 codes of a 16-value block of 16-bit inputs in place (decode_mma_codes.cuh: quant.cuh's
+// decisions through reciprocals with one correction step).
+__device__ __forceinline__ void nvfp4_codes16(float (&v)[16], const QScale &q) {
+    float bamax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 16; i++) bamax = fmaxf(bamax, fabsf(v[i]));
+    const Nvfp4Scale sc = nvfp4_scale(bamax, q.s, q.g6, q.r6);
+    if (nvfp4_fast(sc)) {
+#pragma unroll
+        for (int i = 0; i < 16; i++) v[i] = nvfp4_code_fast(v[i], sc);
+    } else {
+#pragma unroll
+        for (int i = 0; i < 16; i++) v[i] = nvfp4_code(v[i], sc);
+    }
+}
+
+// The fp8 codes of a packed pair of 16-bit values, packed in the same type.
+template <bool kF16>
+__device__ __forceinline__ unsigned fp8_codes2(unsigned w, const QScale &q) {
+    const unsigned h = e4m3x2_f16x2(fp8_scaled(pm_to_f32<kF16>(w & 0xffff), q.s, q.r),
+                                    fp8_scaled(pm_to_f32<kF16>(w >> 16), q.s, q.r));
+    if constexpr (kF16) return h;
+    else   // E4M3 values are exact in bf16
+        return pack2<false>(__half2float(__ushort_as_half((unsigned short)(h & 0xffff))),
+                            __half2float(__ushort_as_half((unsigned short)(h >> 16))));
+}
+
 // In-place codes of the 64 rows of a tile of kD features (kD / 64 slabs at t) by kN threads
 // (tid < kN): fp8 per 16-byte chunk, nvfp4 per 16-feature block (two chunks of one row).
 template <bool kF16, int kMode, int kN, int kD>
 __device__ __forceinline__ void quant_rows(unsigned char *t, int tid, float scale) {
+    const QScale q = qscale<kMode>(scale);
     if constexpr (kMode == kNvfp4) {
         constexpr int kPer = kD / 16, kItems = 64 * kPer;
 #pragma unroll 2
@@ -96,9 +138,10 @@ __device__ __forceinline__ void quant_rows(unsigned char *t, int tid, float scal
             float v[16];
 #pragma unroll
             for (int i = 0; i < 16; i++) v[i] = pm_to_f32<kF16>(h[i]);
-            nvfp4_code16(v, scale);
+            nvfp4_codes16(v, q);
+            unsigned *u = reinterpret_cast<unsigned *>(w);
 #pragma unroll
-            for (int i = 0; i < 16; i++) h[i] = pm_from_f32<kF16>(v[i]);
+            for (int i = 0; i < 8; i++) u[i] = pack2<kF16>(v[2 * i], v[2 * i + 1]);
             *x0 = w[0], *x1 = w[1];
         }
     } else if constexpr (kMode == kFp8) {
@@ -110,9 +153,8 @@ __device__ __forceinline__ void quant_rows(unsigned char *t, int tid, float scal
             const int r = e / kPer, ch = e % kPer;
             uint4 *x = reinterpret_cast<uint4 *>(t + (ch / 8) * kSlab + sw(r, ch % 8));
             uint4 w = *x;
-            unsigned short *h = reinterpret_cast<unsigned short *>(&w);
-#pragma unroll
-            for (int i = 0; i < 8; i++) h[i] = pm_from_f32<kF16>(fp8_code(pm_to_f32<kF16>(h[i]), scale));
+            w.x = fp8_codes2<kF16>(w.x, q), w.y = fp8_codes2<kF16>(w.y, q);
+            w.z = fp8_codes2<kF16>(w.z, q), w.w = fp8_codes2<kF16>(w.w, q);
             *x = w;
         }
     }
@@ -123,6 +165,7 @@ __device__ __forceinline__ void quant_rows(unsigned char *t, int tid, float scal
 template <bool kF16, int kMode, int kN, int kDv>
 __device__ __forceinline__ void quant_v(unsigned char *t, int tid, float scale) {
     if constexpr (kMode == kNvfp4) {
+        const QScale q = qscale<kMode>(scale);
         constexpr int kItems = (kDv / 2) * (kBN / 16);
 #pragma unroll 1
         for (int it = 0; it < (kItems + kN - 1) / kN; it++) {
@@ -137,12 +180,11 @@ __device__ __forceinline__ void quant_v(unsigned char *t, int tid, float scale) 
                 const unsigned w = *reinterpret_cast<const unsigned *>(col + sw(16 * g + i, ch));
                 v0[i] = pm_to_f32<kF16>(w & 0xffff), v1[i] = pm_to_f32<kF16>(w >> 16);
             }
-            nvfp4_code16(v0, scale);
-            nvfp4_code16(v1, scale);
+            nvfp4_codes16(v0, q);
+            nvfp4_codes16(v1, q);
 #pragma unroll
             for (int i = 0; i < 16; i++)
-                *reinterpret_cast<unsigned *>(col + sw(16 * g + i, ch)) =
-                    pm_from_f32<kF16>(v0[i]) | (unsigned)pm_from_f32<kF16>(v1[i]) << 16;
+                *reinterpret_cast<unsigned *>(col + sw(16 * g + i, ch)) = pack2<kF16>(v0[i], v1[i]);
         }
     } else if constexpr (kMode == kFp8) {
         quant_rows<kF16, kFp8, kN, kDv>(t, tid, scale);
