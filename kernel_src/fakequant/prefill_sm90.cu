@@ -255,7 +255,10 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
     }
     __syncthreads();
 
+    // registers: the producer (and quantizer) warpgroup gives most of its share to the consumers
+    constexpr int kRegsLow = kQuantKV ? 96 : 24, kRegsHigh = kQuantKV ? 208 : 240;
     if (wg == 0) {
+        setmaxnreg_dec<kRegsLow>();
         if (threadIdx.x == 0) {  // the producer
             const unsigned long long policy = flashmla::l2_policy_evict_last();
             int it = 0;
@@ -314,6 +317,7 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
     }
 
     // consumers
+    setmaxnreg_inc<kRegsHigh>();
     const int cw = wg - 1, wt = threadIdx.x % kWg, warp = wt / 32, lane = threadIdx.x & 31;
     const int g = lane >> 2;
     const int nb = kP != kNone && p.block_n < kBN ? p.block_n / 16 : 4;
@@ -360,61 +364,135 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
 #pragma unroll
         for (int j = 0; j < kOn; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
 
-        for (int n = 0; n < n_tiles; n++, it++) {
-            const int s = it % kS;
-            const unsigned ph = (it / kS) & 1;
-            const unsigned kt = base + L::kK + s * L::kKBytes, vt = base + L::kV + s * L::kVBytes;
-            mbarrier_wait_parity(bar_k + 8 * s, ph);
-            if (n >= n_w) {  // wholly past this warpgroup's causal bound: release only
-                mbarrier_arrive(bar_empty + 8 * s);
-                continue;
-            }
-            // S = Qc Kc^T
-            float sc[8][4];
-            {
-                const unsigned long long qd = wgmma_desc_sw128(q_s, 16, 1024);
-                const unsigned long long kd = wgmma_desc_sw128(kt, 16, 1024);
-                wgmma_fence();
+        float sc[8][4];
+        // S = Qc Kc^T of the K tile at kt into sc, committed, not waited for
+        auto issue_s = [&](unsigned kt) {
+            const unsigned long long qd = wgmma_desc_sw128(q_s, 16, 1024);
+            const unsigned long long kd = wgmma_desc_sw128(kt, 16, 1024);
+            wgmma_fence();
 #pragma unroll
-                for (int c = 0; c < L::kQSlabs; c++)
+            for (int c = 0; c < L::kQSlabs; c++)
 #pragma unroll
-                    for (int k = 0; k < 4; k++) {
-                        const unsigned off16 = (c * kSlab + k * 32) >> 4;
-                        wgmma_m64n64k16_ss<kF16, 0>(sc, qd + off16, kd + off16, c + k > 0);
-                    }
-                wgmma_commit_group();
-                wgmma_wait_group<0>();
-                acc_fence(sc);
-            }
+                for (int k = 0; k < 4; k++) {
+                    const unsigned off16 = (c * kSlab + k * 32) >> 4;
+                    wgmma_m64n64k16_ss<kF16, 0>(sc, qd + off16, kd + off16, c + k > 0);
+                }
+            wgmma_commit_group();
+        };
+        // the scores of tile n in sc: scaled, masked, N:M
+        auto scores = [&](int n) {
             const int j0 = n * kBN;
             const bool masked = j0 + kBN > k_len || (p.causal && j0 + kBN - 1 > i_first + off);
             pm_scores<kM>(sc, p, j0, masked, ia, ib, k_len, off, q_len);
-
+        };
+        // waits for V of tile n in stage s; rows past k_len belong to another sequence (or lie
+        // past the tensor: zeros): their P is 0, but a non-finite value would still reach O, so
+        // they are zeroed (with V quantized, the quantizers did it)
+        auto wait_v = [&](int n, int s, unsigned ph) {
             mbarrier_wait_parity(bar_v + 8 * s, ph);
-            if (kV == kNone && j0 + kBN > k_len) {
-                // rows past k_len belong to another sequence (or are past the tensor: zeros);
-                // their P is 0, but a non-finite value would still reach O: zero them
-                zero_rows<kWg, kDv>(smem + L::kV + s * L::kVBytes, k_len - j0, wt);
+            if (kV == kNone && n * kBN + kBN > k_len) {
+                zero_rows<kWg, kDv>(smem + L::kV + s * L::kVBytes, k_len - n * kBN, wt);
                 fence_proxy_async_shared();
                 named_barrier_sync(1 + cw, kWg);
             }
-            float mu[2];
+        };
+        auto k_tile = [&](int s) { return base + L::kK + s * L::kKBytes; };
+        auto v_tile = [&](int s) { return base + L::kV + s * L::kVBytes; };
+
+        if (nb == 4) {
+            // One P tile per KV tile: software-pipelined. While P V(n) and S(n + 1) run on the
+            // tensor cores, the softmax of tile n + 1 runs (its rescale factors kept in cr and
+            // applied to O once P V(n) is done).
             unsigned a[4][4];
+            float cr[1][4];
+            auto softmax = [&](unsigned (&pa)[4][4], float (&c4)[1][4]) {
+                float mu[2];
+                c4[0][0] = c4[0][1] = c4[0][2] = c4[0][3] = 1.f;
 #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                if (c > 0 && c % nb == 0) {  // pm_chunk_p rescales o: the earlier chunks first
+                for (int c = 0; c < 4; c++) pm_chunk_p<kF16, kP, 1>(sc, c, 4, m, l, mu, c4, p.p_scale, pa[c]);
+            };
+            if (n_w > 0) {
+                const int s = it % kS;
+                mbarrier_wait_parity(bar_k + 8 * s, (it / kS) & 1);
+                issue_s(k_tile(s));
+                wgmma_wait_group<0>();
+                acc_fence(sc);
+                scores(0);
+                softmax(a, cr);
+            }
+            for (int n = 0; n < n_w; n++) {
+                const int s = (it + n) % kS, s1 = (it + n + 1) % kS;
+                const unsigned ph = ((it + n) / kS) & 1, ph1 = ((it + n + 1) / kS) & 1;
+#pragma unroll
+                for (int j = 0; j < kOn; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) o[j][e] *= cr[0][e];
+                if (n + 1 < n_w) {
+                    mbarrier_wait_parity(bar_k + 8 * s1, ph1);
+                    issue_s(k_tile(s1));
+                    wait_v(n, s, ph);
+                    wgmma_fence();
+#pragma unroll
+                    for (int c = 0; c < 4; c++) pv_chunk<kF16, kDv>(o, a[c], v_tile(s), c);
+                    wgmma_commit_group();
+                    wgmma_wait_group<1>();   // S(n + 1)
+                    acc_fence(sc);
+                    scores(n + 1);
+                    unsigned a1[4][4];
+                    softmax(a1, cr);
+                    wgmma_wait_group<0>();   // P V(n)
+                    acc_fence(o);
+                    mbarrier_arrive(bar_empty + 8 * s);
+#pragma unroll
+                    for (int c = 0; c < 4; c++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) a[c][e] = a1[c][e];
+                } else {
+                    wait_v(n, s, ph);
+                    wgmma_fence();
+#pragma unroll
+                    for (int c = 0; c < 4; c++) pv_chunk<kF16, kDv>(o, a[c], v_tile(s), c);
+                    wgmma_commit_group();
+                    wgmma_wait_group<0>();
+                    acc_fence(o);
+                    mbarrier_arrive(bar_empty + 8 * s);
+                }
+            }
+            for (int n = n_w; n < n_tiles; n++) {  // wholly past this warpgroup's causal bound
+                const int s = (it + n) % kS;
+                mbarrier_wait_parity(bar_k + 8 * s, ((it + n) / kS) & 1);
+                mbarrier_arrive(bar_empty + 8 * s);
+            }
+            it += n_tiles;
+        } else {
+            // P tiles of 16 or 32 keys (quantized P): the running max moves inside the KV tile,
+            // so O is rescaled between the chunks' products; no overlap
+            for (int n = 0; n < n_tiles; n++, it++) {
+                const int s = it % kS;
+                const unsigned ph = (it / kS) & 1;
+                mbarrier_wait_parity(bar_k + 8 * s, ph);
+                if (n >= n_w) {  // wholly past this warpgroup's causal bound: release only
+                    mbarrier_arrive(bar_empty + 8 * s);
+                    continue;
+                }
+                issue_s(k_tile(s));
+                wgmma_wait_group<0>();
+                acc_fence(sc);
+                scores(n);
+                wait_v(n, s, ph);
+                float mu[2];
+                unsigned a[4][4];
+#pragma unroll
+                for (int c = 0; c < 4; c++) {   // pm_chunk_p may rescale o: each product waited
+                    pm_chunk_p<kF16, kP, kOn>(sc, c, nb, m, l, mu, o, p.p_scale, a[c]);
+                    wgmma_fence();
+                    pv_chunk<kF16, kDv>(o, a[c], v_tile(s), c);
                     wgmma_commit_group();
                     wgmma_wait_group<0>();
                     acc_fence(o);
                 }
-                pm_chunk_p<kF16, kP, kOn>(sc, c, nb, m, l, mu, o, p.p_scale, a[c]);
-                wgmma_fence();
-                pv_chunk<kF16, kDv>(o, a[c], vt, c);
+                mbarrier_arrive(bar_empty + 8 * s);
             }
-            wgmma_commit_group();
-            wgmma_wait_group<0>();
-            acc_fence(o);
-            mbarrier_arrive(bar_empty + 8 * s);
         }
 
         pm_store<kF16, kOn>(p, o, m, l, ra, rows, G, hk, q0);
