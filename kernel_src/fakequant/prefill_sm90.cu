@@ -255,8 +255,10 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
     }
     __syncthreads();
 
-    // registers: the producer (and quantizer) warpgroup gives most of its share to the consumers
-    constexpr int kRegsLow = kQuantKV ? 96 : 24, kRegsHigh = kQuantKV ? 208 : 240;
+    // registers: the producer (and quantizer) warpgroup gives most of its 168 to the consumers
+    // (what one warpgroup releases, two take: high - 168 <= (168 - low) / 2)
+    constexpr int kRegsLow = kQuantKV ? 96 : 24, kRegsHigh = kQuantKV ? 200 : 240;
+    static_assert(2 * (kRegsHigh - 168) <= 168 - kRegsLow, "register budget of the CTA");
     if (wg == 0) {
         setmaxnreg_dec<kRegsLow>();
         if (threadIdx.x == 0) {  // the producer
