@@ -222,6 +222,9 @@ __device__ __forceinline__ void pm_scores(float (&s)[8][4], const PrefillMmaPara
             s[j][e] = x;
         }
     if constexpr (kM != 0) {
+        // a dense key in the tile is possible only for a single-row sequence, a tile reaching
+        // into the sink, or one reaching past the recent bound of the lane's first row (ia <= ib)
+        const bool exempt = q_len <= 1 || j0 < p.sink || j0 + kPmBN - 1 > ia + off - p.recent;
 #pragma unroll
         for (int j = 0; j < 8; j++)
 #pragma unroll
@@ -230,9 +233,12 @@ __device__ __forceinline__ void pm_scores(float (&s)[8][4], const PrefillMmaPara
                 const int i = h ? ib : ia;
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
-                    const int key = j0 + j * 8 + 2 * t4 + e;
-                    const int d = i + off - key;
-                    const bool dense = q_len <= 1 || key < p.sink || (d >= 0 && d < p.recent);
+                    bool dense = false;
+                    if (exempt) {
+                        const int key = j0 + j * 8 + 2 * t4 + e;
+                        const int d = i + off - key;
+                        dense = q_len <= 1 || key < p.sink || (d >= 0 && d < p.recent);
+                    }
                     if (!dense && !(keep >> e & 1)) s[j][2 * h + e] = neg_inf;
                 }
             }

@@ -23,8 +23,12 @@
 //     pm_chunk_p: the S accumulator of warp w is the mma.sync C fragment of rows 16 w .. 16 w +
 //     15), each chunk's P (quantized or 16-bit) as the register A operand of one
 //     wgmma.m64n{kDv}k16 with V from shared memory through the transposed (N-major) descriptor,
-//     then one arrival per thread on `empty`. A warpgroup skips the products of tiles wholly
-//     past its causal bound (it still waits for and releases the stage).
+//     then one arrival per thread on `empty`. With one P tile per KV tile (P not quantized or
+//     block_n >= 64) the loop is software-pipelined: S(n + 1) and P V(n) are issued together and
+//     the softmax of n + 1 runs under them (its O rescale factors applied before P V(n + 1)),
+//     and the two warpgroups issue their products in turns (ping-pong, named barriers 4 and 5).
+//     A warpgroup skips the products of tiles wholly past its causal bound (it still waits for
+//     and releases the stage, and takes its turns).
 //
 // Shared memory (1024-byte aligned; every slab is 64 rows x 128 bytes, 128-byte swizzle as TMA
 // writes it): Q [2 warpgroups][kDqk / 64 slabs], then kStages x K [kDqk / 64 slabs], kStages x V
@@ -52,6 +56,9 @@ constexpr int kThreads = 3 * kWg;  // producer / quantizer warpgroup, two consum
 constexpr int kSlab = 64 * 128;    // bytes of a 64-row, 128-byte-swizzled slab
 constexpr int kQuantThreads = 96;  // warps 1-3 of warpgroup 0
 constexpr int kSmemMax = 232448;   // the H100/H200 per-block opt-in maximum
+// The two consumer warpgroups issue their products in turns (named barriers 4 and 5): while one
+// issues S(n + 1) and P V(n), the other runs its softmax.
+constexpr bool kPingPong = true;
 
 template <int kDqk, int kDv>
 struct Layout {
@@ -217,6 +224,104 @@ __device__ __forceinline__ void pv_chunk(float (&o)[kDv / 8][4], const unsigned 
     else wgmma_m64n64k16_rs<kF16, 1>(o, a, d, 1);
 }
 
+// x / b from y = 1 / b (finite) as decode_mma_codes.cuh's div_rcp, without its branch for an
+// infinite reciprocal (the host runs this kernel only when the scales' reciprocals are finite).
+__device__ __forceinline__ float div_rcp_finite(float x, float b, float y) {
+    const float q0 = __fmul_rn(x, y);
+    const float q1 = __fmaf_rn(__fmaf_rn(-q0, b, x), y, q0);
+    return fabsf(q0) == __int_as_float(0x7f800000) ? q0 : q1;
+}
+
+// The per-tensor P scale and what the branch-free P codes need of it.
+struct PScale {
+    float s, r, g6, r6;   // sc (or gs), 1 / sc, fl32(6 gs), 1 / fl32(6 gs)
+};
+
+// The A fragment (a packed 16-bit pair) of two probabilities of one row: fp8 codes of p / sp,
+// or p rounded to the data type (P not quantized). Decisions as quant_code.cuh's fp8_code
+// (decode_mma_codes.cuh: the reciprocal with one correction, E4M3 by cvt.rn.satfinite).
+template <bool kF16, int kP>
+__device__ __forceinline__ unsigned p_pair(float p0, float p1, const PScale &ps) {
+    if constexpr (kP == kFp8) {
+        const unsigned h =
+            e4m3x2_f16x2(fminf(div_rcp_finite(p0, ps.s, ps.r), kE4M3Max),
+                         fminf(div_rcp_finite(p1, ps.s, ps.r), kE4M3Max));   // p >= 0
+        if constexpr (kF16) return h;
+        else
+            return pack2<false>(__half2float(__ushort_as_half((unsigned short)(h & 0xffff))),
+                                __half2float(__ushort_as_half((unsigned short)(h >> 16))));
+    } else {
+        return pack2<kF16>(p0, p1);
+    }
+}
+
+// One KV tile's softmax without branches (one P tile of 64 keys): the running max m moves over
+// the tile's scores s (this lane's rows h = 0, 1), corr[h] is the factor the caller applies to O
+// (1 where m did not move), l takes the unquantized p = exp2(s - mu) in prefill_mma.cu's order,
+// and a[c] is the A fragment of P V's k-step c (keys 16 c .. 16 c + 15): P rounded to the data
+// type, or its fp8 codes, or its NVFP4 codes (p rounded to the carrier, blocks of the row's 16
+// keys of the chunk: 4 here, 12 in the quad). The numerics of pm_chunk_p with nb 4.
+template <bool kF16, int kP>
+__device__ __forceinline__ void tile_softmax(const float (&s)[8][4], float (&m)[2], float (&l)[2],
+                                             float (&corr)[2], unsigned (&a)[4][4],
+                                             const PScale &ps) {
+    const float neg_inf = pm_neg_inf();
+    float mu[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float mx = fmaxf(s[0][2 * h], s[0][2 * h + 1]);
+#pragma unroll
+        for (int j = 1; j < 8; j++) mx = fmaxf(mx, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m[h], mx);
+        mu[h] = m_new == neg_inf ? 0.f : m_new;
+        corr[h] = m_new == m[h] ? 1.f : pm_exp2(m[h] - mu[h]);   // m = -inf: 0
+        l[h] *= corr[h];
+        m[h] = m_new;
+    }
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        float pv[2][4];
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) pv[e][k] = pm_exp2(s[2 * c + e][k] - mu[k >> 1]);
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            l[h] += (pv[0][2 * h] + pv[0][2 * h + 1]) + (pv[1][2 * h] + pv[1][2 * h + 1]);
+        if constexpr (kP == kNvfp4) {
+#pragma unroll
+            for (int e = 0; e < 2; e++)
+#pragma unroll
+                for (int k = 0; k < 4; k++) pv[e][k] = pm_carrier<kF16>(pv[e][k]);
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float bm = fmaxf(fmaxf(pv[0][2 * h], pv[0][2 * h + 1]),
+                                 fmaxf(pv[1][2 * h], pv[1][2 * h + 1]));
+                bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 1));
+                bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 2));
+                Nvfp4Scale sc;   // nvfp4_scale's steps; sb is normal (host: gs >= 2^-100)
+                sc.sc = e4m3_rn(fminf(div_rcp_finite(bm, ps.g6, ps.r6), kE4M3Max));
+                sc.sb = __fmul_rn(sc.sc, ps.s);
+                sc.rsb = __frcp_rn(sc.sb);
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+#pragma unroll
+                    for (int k = 2 * h; k < 2 * h + 2; k++)
+                        pv[e][k] = sc.sb != 0.f ? nvfp4_code_fast(pv[e][k], sc) : 0.f;
+            }
+            a[c][0] = pack2<kF16>(pv[0][0], pv[0][1]), a[c][1] = pack2<kF16>(pv[0][2], pv[0][3]);
+            a[c][2] = pack2<kF16>(pv[1][0], pv[1][1]), a[c][3] = pack2<kF16>(pv[1][2], pv[1][3]);
+        } else {
+            a[c][0] = p_pair<kF16, kP>(pv[0][0], pv[0][1], ps);
+            a[c][1] = p_pair<kF16, kP>(pv[0][2], pv[0][3], ps);
+            a[c][2] = p_pair<kF16, kP>(pv[1][0], pv[1][1], ps);
+            a[c][3] = p_pair<kF16, kP>(pv[1][2], pv[1][3], ps);
+        }
+    }
+}
+
 }  // namespace sm90p
 
 template <bool kF16, int kQ, int kK, int kP, int kV, int kM, int kDqk, int kDv>
@@ -257,7 +362,7 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
 
     // registers: the producer (and quantizer) warpgroup gives most of its 168 to the consumers
     // (what one warpgroup releases, two take: high - 168 <= (168 - low) / 2)
-    constexpr int kRegsLow = kQuantKV ? 96 : 24, kRegsHigh = kQuantKV ? 200 : 240;
+    constexpr int kRegsLow = kQuantKV ? 72 : 24, kRegsHigh = kQuantKV ? 216 : 240;
     static_assert(2 * (kRegsHigh - 168) <= 168 - kRegsLow, "register budget of the CTA");
     if (wg == 0) {
         setmaxnreg_dec<kRegsLow>();
@@ -402,69 +507,100 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
         auto v_tile = [&](int s) { return base + L::kV + s * L::kVBytes; };
 
         if (nb == 4) {
-            // One P tile per KV tile: software-pipelined. While P V(n) and S(n + 1) run on the
-            // tensor cores, the softmax of tile n + 1 runs (its rescale factors kept in cr and
-            // applied to O once P V(n) is done).
-            unsigned a[4][4];
-            float cr[1][4];
-            auto softmax = [&](unsigned (&pa)[4][4], float (&c4)[1][4]) {
-                float mu[2];
-                c4[0][0] = c4[0][1] = c4[0][2] = c4[0][3] = 1.f;
-#pragma unroll
-                for (int c = 0; c < 4; c++) pm_chunk_p<kF16, kP, 1>(sc, c, 4, m, l, mu, c4, p.p_scale, pa[c]);
+            // One P tile per KV tile: software-pipelined. In turn t = n + 1 a warpgroup issues
+            // S(n + 1) and P V(n), then runs the softmax of tile n + 1 under P V(n) (and under
+            // the other warpgroup's products: the turns alternate between the two warpgroups,
+            // named barriers 4 and 5); its O factors are applied before P V(n + 1). Turns:
+            // 0 (S(0)), one per tile after it and one per skipped tile, n_tiles + 1 in all for
+            // both warpgroups. No branch lies between a product's issue and its wait (ptxas
+            // would serialize the products), and the two P fragments alternate (unrolled by 2).
+            PScale ps;
+            ps.s = p.p_scale, ps.r = __frcp_rn(p.p_scale);
+            ps.g6 = __fmul_rn(6.f, p.p_scale), ps.r6 = __frcp_rn(ps.g6);
+            unsigned a0[4][4], a1[4][4];
+            float corr[2] = {1.f, 1.f};
+            auto turn_begin = [&]() {
+                if (kPingPong) named_barrier_sync(4 + cw, 2 * kWg);
             };
-            if (n_w > 0) {
-                const int s = it % kS;
-                mbarrier_wait_parity(bar_k + 8 * s, (it / kS) & 1);
-                issue_s(k_tile(s));
-                wgmma_wait_group<0>();
-                acc_fence(sc);
-                scores(0);
-                softmax(a, cr);
-            }
-            for (int n = 0; n < n_w; n++) {
-                const int s = (it + n) % kS, s1 = (it + n + 1) % kS;
-                const unsigned ph = ((it + n) / kS) & 1, ph1 = ((it + n + 1) / kS) & 1;
+            auto turn_end = [&]() {
+                if (kPingPong) named_barrier_arrive(5 - cw, 2 * kWg);
+            };
+            auto rescale_o = [&]() {
 #pragma unroll
                 for (int j = 0; j < kOn; j++)
+                    o[j][0] *= corr[0], o[j][1] *= corr[0], o[j][2] *= corr[1], o[j][3] *= corr[1];
+            };
+            // turn n + 1 with more tiles after n: S(n + 1) and P V(n) from pa, softmax into pn
+            auto step = [&](int n, unsigned (&pa)[4][4], unsigned (&pn)[4][4]) {
+                const int s = (it + n) % kS, s1 = (it + n + 1) % kS;
+                wait_v(n, s, ((it + n) / kS) & 1);
+                mbarrier_wait_parity(bar_k + 8 * s1, ((it + n + 1) / kS) & 1);
+                rescale_o();
+                turn_begin();
+                issue_s(k_tile(s1));
+                wgmma_fence();
 #pragma unroll
-                    for (int e = 0; e < 4; e++) o[j][e] *= cr[0][e];
+                for (int c = 0; c < 4; c++) pv_chunk<kF16, kDv>(o, pa[c], v_tile(s), c);
+                wgmma_commit_group();
+                turn_end();
+                wgmma_wait_group<1>();   // S(n + 1)
+                acc_fence(sc);
+                scores(n + 1);
+                tile_softmax<kF16, kP>(sc, m, l, corr, pn, ps);
+                wgmma_wait_group<0>();   // P V(n)
+                acc_fence(o);
+                mbarrier_arrive(bar_empty + 8 * s);
+            };
+            // the last tile's turn: P V(n) only
+            auto last = [&](int n, unsigned (&pa)[4][4]) {
+                const int s = (it + n) % kS;
+                wait_v(n, s, ((it + n) / kS) & 1);
+                rescale_o();
+                turn_begin();
+                wgmma_fence();
+#pragma unroll
+                for (int c = 0; c < 4; c++) pv_chunk<kF16, kDv>(o, pa[c], v_tile(s), c);
+                wgmma_commit_group();
+                turn_end();
+                wgmma_wait_group<0>();
+                acc_fence(o);
+                mbarrier_arrive(bar_empty + 8 * s);
+            };
+            if (kPingPong && cw == 1) named_barrier_arrive(4, 2 * kWg);  // warpgroup 0 starts
+            if (n_w > 0) {
+                mbarrier_wait_parity(bar_k + 8 * (it % kS), (it / kS) & 1);
+                turn_begin();   // turn 0
+                issue_s(k_tile(it % kS));
+                turn_end();
+                wgmma_wait_group<0>();
+            } else {
+                turn_begin();
+                turn_end();
+            }
+            if (n_w > 0) {
+                acc_fence(sc);
+                scores(0);
+                tile_softmax<kF16, kP>(sc, m, l, corr, a0, ps);
+                int n = 0;
+                for (; n + 2 < n_w; n += 2) {
+                    step(n, a0, a1);
+                    step(n + 1, a1, a0);
+                }
                 if (n + 1 < n_w) {
-                    mbarrier_wait_parity(bar_k + 8 * s1, ph1);
-                    issue_s(k_tile(s1));
-                    wait_v(n, s, ph);
-                    wgmma_fence();
-#pragma unroll
-                    for (int c = 0; c < 4; c++) pv_chunk<kF16, kDv>(o, a[c], v_tile(s), c);
-                    wgmma_commit_group();
-                    wgmma_wait_group<1>();   // S(n + 1)
-                    acc_fence(sc);
-                    scores(n + 1);
-                    unsigned a1[4][4];
-                    softmax(a1, cr);
-                    wgmma_wait_group<0>();   // P V(n)
-                    acc_fence(o);
-                    mbarrier_arrive(bar_empty + 8 * s);
-#pragma unroll
-                    for (int c = 0; c < 4; c++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++) a[c][e] = a1[c][e];
+                    step(n, a0, a1);
+                    last(n + 1, a1);
                 } else {
-                    wait_v(n, s, ph);
-                    wgmma_fence();
-#pragma unroll
-                    for (int c = 0; c < 4; c++) pv_chunk<kF16, kDv>(o, a[c], v_tile(s), c);
-                    wgmma_commit_group();
-                    wgmma_wait_group<0>();
-                    acc_fence(o);
-                    mbarrier_arrive(bar_empty + 8 * s);
+                    last(n, a0);
                 }
             }
             for (int n = n_w; n < n_tiles; n++) {  // wholly past this warpgroup's causal bound
                 const int s = (it + n) % kS;
                 mbarrier_wait_parity(bar_k + 8 * s, ((it + n) / kS) & 1);
                 mbarrier_arrive(bar_empty + 8 * s);
+                turn_begin();
+                turn_end();
             }
+            if (kPingPong && cw == 0) named_barrier_sync(4, 2 * kWg);   // warpgroup 1's last turn
             it += n_tiles;
         } else {
             // P tiles of 16 or 32 keys (quantized P): the running max moves inside the KV tile,
