@@ -86,6 +86,14 @@ __device__ __forceinline__ void acc_fence(float (&d)[N][4]) {
 // Byte offset of 16-byte chunk c of row r in a 128-byte-swizzled slab.
 __device__ __forceinline__ unsigned sw(int r, int c) { return swz(r, c, 128); }
 
+// x / b from y = 1 / b (finite) as decode_mma_codes.cuh's div_rcp, without its branch for an
+// infinite reciprocal (the host runs this kernel only when the scales' reciprocals are finite).
+__device__ __forceinline__ float div_rcp_finite(float x, float b, float y) {
+    const float q0 = __fmul_rn(x, y);
+    const float q1 = __fmaf_rn(__fmaf_rn(-q0, b, x), y, q0);
+    return fabsf(q0) == __int_as_float(0x7f800000) ? q0 : q1;
+}
+
 // The scales a quantizer of 16-bit values needs (decode_mma_codes.cuh): fp8: sc and 1 / sc;
 // nvfp4: gs, fl32(6 gs) and its reciprocal.
 struct QScale {
@@ -99,27 +107,34 @@ __device__ __forceinline__ QScale qscale(float s) {
     return q;
 }
 
+// The NVFP4 block scale of a block with absolute maximum bamax: nvfp4_scale's steps
+// (decode_mma_codes.cuh) without branches; sb is 0 or normal (gs >= 2^-100), so 1 / sb is
+// finite wherever sb != 0.
+__device__ __forceinline__ Nvfp4Scale nvfp4_scale_nb(float bamax, const QScale &q) {
+    Nvfp4Scale sc;
+    sc.sc = e4m3_rn(fminf(div_rcp_finite(bamax, q.g6, q.r6), kE4M3Max));
+    sc.sb = __fmul_rn(sc.sc, q.s);
+    sc.rsb = __frcp_rn(sc.sb);
+    return sc;
+}
+
 // NVFP4 codes of a 16-value block of 16-bit inputs in place (decode_mma_codes.cuh: quant.cuh's
-// decisions through reciprocals with one correction step).
+// decisions through reciprocals with one correction step), without branches.
 __device__ __forceinline__ void nvfp4_codes16(float (&v)[16], const QScale &q) {
     float bamax = 0.f;
 #pragma unroll
     for (int i = 0; i < 16; i++) bamax = fmaxf(bamax, fabsf(v[i]));
-    const Nvfp4Scale sc = nvfp4_scale(bamax, q.s, q.g6, q.r6);
-    if (nvfp4_fast(sc)) {
+    const Nvfp4Scale sc = nvfp4_scale_nb(bamax, q);
 #pragma unroll
-        for (int i = 0; i < 16; i++) v[i] = nvfp4_code_fast(v[i], sc);
-    } else {
-#pragma unroll
-        for (int i = 0; i < 16; i++) v[i] = nvfp4_code(v[i], sc);
-    }
+    for (int i = 0; i < 16; i++) v[i] = sc.sb != 0.f ? nvfp4_code_fast(v[i], sc) : 0.f;
 }
 
 // The fp8 codes of a packed pair of 16-bit values, packed in the same type.
 template <bool kF16>
 __device__ __forceinline__ unsigned fp8_codes2(unsigned w, const QScale &q) {
-    const unsigned h = e4m3x2_f16x2(fp8_scaled(pm_to_f32<kF16>(w & 0xffff), q.s, q.r),
-                                    fp8_scaled(pm_to_f32<kF16>(w >> 16), q.s, q.r));
+    const unsigned h =
+        e4m3x2_f16x2(fminf(fmaxf(div_rcp_finite(pm_to_f32<kF16>(w & 0xffff), q.s, q.r), -kE4M3Max), kE4M3Max),
+                     fminf(fmaxf(div_rcp_finite(pm_to_f32<kF16>(w >> 16), q.s, q.r), -kE4M3Max), kE4M3Max));
     if constexpr (kF16) return h;
     else   // E4M3 values are exact in bf16
         return pack2<false>(__half2float(__ushort_as_half((unsigned short)(h & 0xffff))),
@@ -224,24 +239,13 @@ __device__ __forceinline__ void pv_chunk(float (&o)[kDv / 8][4], const unsigned 
     else wgmma_m64n64k16_rs<kF16, 1>(o, a, d, 1);
 }
 
-// x / b from y = 1 / b (finite) as decode_mma_codes.cuh's div_rcp, without its branch for an
-// infinite reciprocal (the host runs this kernel only when the scales' reciprocals are finite).
-__device__ __forceinline__ float div_rcp_finite(float x, float b, float y) {
-    const float q0 = __fmul_rn(x, y);
-    const float q1 = __fmaf_rn(__fmaf_rn(-q0, b, x), y, q0);
-    return fabsf(q0) == __int_as_float(0x7f800000) ? q0 : q1;
-}
 
-// The per-tensor P scale and what the branch-free P codes need of it.
-struct PScale {
-    float s, r, g6, r6;   // sc (or gs), 1 / sc, fl32(6 gs), 1 / fl32(6 gs)
-};
 
 // The A fragment (a packed 16-bit pair) of two probabilities of one row: fp8 codes of p / sp,
 // or p rounded to the data type (P not quantized). Decisions as quant_code.cuh's fp8_code
 // (decode_mma_codes.cuh: the reciprocal with one correction, E4M3 by cvt.rn.satfinite).
 template <bool kF16, int kP>
-__device__ __forceinline__ unsigned p_pair(float p0, float p1, const PScale &ps) {
+__device__ __forceinline__ unsigned p_pair(float p0, float p1, const QScale &ps) {
     if constexpr (kP == kFp8) {
         const unsigned h =
             e4m3x2_f16x2(fminf(div_rcp_finite(p0, ps.s, ps.r), kE4M3Max),
@@ -264,7 +268,7 @@ __device__ __forceinline__ unsigned p_pair(float p0, float p1, const PScale &ps)
 template <bool kF16, int kP>
 __device__ __forceinline__ void tile_softmax(const float (&s)[8][4], float (&m)[2], float (&l)[2],
                                              float (&corr)[2], unsigned (&a)[4][4],
-                                             const PScale &ps) {
+                                             const QScale &ps) {
     const float neg_inf = pm_neg_inf();
     float mu[2];
 #pragma unroll
@@ -301,10 +305,7 @@ __device__ __forceinline__ void tile_softmax(const float (&s)[8][4], float (&m)[
                                  fmaxf(pv[1][2 * h], pv[1][2 * h + 1]));
                 bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 1));
                 bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 2));
-                Nvfp4Scale sc;   // nvfp4_scale's steps; sb is normal (host: gs >= 2^-100)
-                sc.sc = e4m3_rn(fminf(div_rcp_finite(bm, ps.g6, ps.r6), kE4M3Max));
-                sc.sb = __fmul_rn(sc.sc, ps.s);
-                sc.rsb = __frcp_rn(sc.sb);
+                const Nvfp4Scale sc = nvfp4_scale_nb(bm, ps);
 #pragma unroll
                 for (int e = 0; e < 2; e++)
 #pragma unroll
@@ -341,7 +342,9 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
     const unsigned bar_ready_k = bar_full_v + 8 * kS, bar_ready_v = bar_ready_k + 8 * kS;
     const unsigned bar_empty = bar_ready_v + 8 * kS;
 
-    const int b = blockIdx.z, hk = blockIdx.y, wg = threadIdx.x / kWg;
+    // the warpgroup, warp-uniform to the compiler (shuffled from lane 0), so that what derives
+    // from it (shared-memory addresses, wgmma descriptors) can live in uniform registers
+    const int b = blockIdx.z, hk = blockIdx.y, wg = __shfl_sync(0xffffffffu, threadIdx.x / kWg, 0);
     const long long q0 = p.cu_q[b], k0 = p.cu_k[b];
     const int q_len = p.cu_q[b + 1] - p.cu_q[b];
     int k_len = p.cu_k[b + 1] - p.cu_k[b];
@@ -514,9 +517,7 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
             // 0 (S(0)), one per tile after it and one per skipped tile, n_tiles + 1 in all for
             // both warpgroups. No branch lies between a product's issue and its wait (ptxas
             // would serialize the products), and the two P fragments alternate (unrolled by 2).
-            PScale ps;
-            ps.s = p.p_scale, ps.r = __frcp_rn(p.p_scale);
-            ps.g6 = __fmul_rn(6.f, p.p_scale), ps.r6 = __frcp_rn(ps.g6);
+            const QScale ps = qscale<kP>(p.p_scale);
             unsigned a0[4][4], a1[4][4];
             float corr[2] = {1.f, 1.f};
             auto turn_begin = [&]() {
@@ -525,10 +526,12 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
             auto turn_end = [&]() {
                 if (kPingPong) named_barrier_arrive(5 - cw, 2 * kWg);
             };
-            auto rescale_o = [&]() {
+            auto rescale_o = [&]() {   // skipped (exactly: x * 1 = x) where no row's max moved
+                if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
 #pragma unroll
-                for (int j = 0; j < kOn; j++)
-                    o[j][0] *= corr[0], o[j][1] *= corr[0], o[j][2] *= corr[1], o[j][3] *= corr[1];
+                    for (int j = 0; j < kOn; j++)
+                        o[j][0] *= corr[0], o[j][1] *= corr[0], o[j][2] *= corr[1], o[j][3] *= corr[1];
+                }
             };
             // turn n + 1 with more tiles after n: S(n + 1) and P V(n) from pa, softmax into pn
             auto step = [&](int n, unsigned (&pa)[4][4], unsigned (&pn)[4][4]) {
