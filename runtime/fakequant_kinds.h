@@ -33,6 +33,12 @@ mla_status mla__fakequant_prefill_build(const struct mla__spec *spec, char *name
 mla_status mla__fakequant_prefill_mma_build(const struct mla__spec *spec, char *name_expr,
                                             size_t size, struct mla__launch_info *launch);
 
+/* "fakequant_prefill_sm90" (the six of "fakequant_prefill", then dqk in {64, 128, 192}, dv in
+ * {64, 128}): the wgmma prefill (kernel_src/fakequant/prefill_sm90.cu), sm_90a only.
+ * runtime/fakequant_prefill.c. */
+mla_status mla__fakequant_prefill_sm90_build(const struct mla__spec *spec, char *name_expr,
+                                             size_t size, struct mla__launch_info *launch);
+
 /* Spec values. */
 enum { MLA__FQ_BF16 = 0, MLA__FQ_FP16 = 1, MLA__FQ_FP32 = 2 };   /* cache / out dtypes */
 enum { MLA__FQ_IN_FP32 = 0, MLA__FQ_IN_BF16 = 1, MLA__FQ_IN_FP16 = 2 }; /* qdq in_dtype */
@@ -145,6 +151,25 @@ typedef struct mla__fq_prefill_mma_params {
 } mla__fq_prefill_mma_params;
 
 _Static_assert(sizeof(mla__fq_prefill_mma_params) == 184, "mirror of PrefillMmaParams");
+
+/* wgmma prefill (prefill_sm90.cu sm90p::Layout): 384 threads (producer/quantizer warpgroup,
+ * two consumer warpgroups of 64 rows), 128 rows a CTA, 64-key tiles; shared memory: Q of both
+ * consumers, then a ring of min(4, what fits) stages of K and V tiles, slabs of 64 rows x 128
+ * bytes, 8 bytes of mbarriers x 5 per stage, 1024 bytes of alignment slack. */
+#define MLA__FQ_PREFILL_SM90_THREADS 384
+#define MLA__FQ_PREFILL_SM90_ROWS 128
+#define MLA__FQ_SM90_SLAB 8192
+#define MLA__FQ_SM90_SMEM_MAX 232448
+static inline int mla__fq_prefill_sm90_stages(int dqk, int dv) {
+    int q = dqk / 64 * MLA__FQ_SM90_SLAB, stage = (dqk / 64 + dv / 64) * MLA__FQ_SM90_SLAB;
+    int n = (MLA__FQ_SM90_SMEM_MAX - 1024 - 256 - 2 * q) / stage;
+    return n > 4 ? 4 : n;
+}
+static inline int mla__fq_prefill_sm90_smem(int dqk, int dv) {
+    int st = mla__fq_prefill_sm90_stages(dqk, dv);
+    return 2 * (dqk / 64) * MLA__FQ_SM90_SLAB + st * (dqk / 64 + dv / 64) * MLA__FQ_SM90_SLAB +
+           5 * st * 8 + 1024;
+}
 
 /* The fp32 scale of a mode's per-tensor amax (NAN: None): fp8 amax / 448, nvfp4 amax / 2688
  * (the global scale), 1 for None or mode none. */

@@ -69,6 +69,32 @@ mla_status mla__fakequant_prefill_mma_build(const mla__spec *spec, char *name_ex
     return MLA_OK;
 }
 
+/* The head dims of the wgmma prefill (V in whole 64-feature slabs). */
+static int sm90_dv_ok(long long d) { return d == 64 || d == 128; }
+
+mla_status mla__fakequant_prefill_sm90_build(const mla__spec *spec, char *name_expr, size_t size,
+                                             mla__launch_info *launch) {
+    static const char *const names[] = {"dtype", "q_quant", "k_quant", "p_quant", "v_quant",
+                                        "sparsity_m", "dqk", "dv"};
+    static const long long max[] = {1, 2, 2, 2, 2, 8, 192, 128};
+    MLA_FORWARD_IF_ERROR(mla__fq_check_params(spec, names, max, 8));
+    long long m = spec->params[5].value, dqk = spec->params[6].value, dv = spec->params[7].value;
+    MLA_ARG_CHECK(m == 0 || m == 4 || m == 8, "%s: sparsity_m: expected 0 (off), 4 or 8, got %lld",
+                  spec->kernel, m);
+    MLA_ARG_CHECK(mma_dqk_ok(dqk), "%s: dqk: expected 64, 128 or 192, got %lld", spec->kernel, dqk);
+    MLA_ARG_CHECK(sm90_dv_ok(dv), "%s: dv: expected 64 or 128, got %lld", spec->kernel, dv);
+    int n = snprintf(name_expr, size, "mla::fakequant::prefill_sm90_kernel<%s, %lld, %lld, %lld, "
+                     "%lld, %lld, %lld, %lld>", spec->params[0].value ? "true" : "false",
+                     spec->params[1].value, spec->params[2].value, spec->params[3].value,
+                     spec->params[4].value, m, dqk, dv);
+    MLA_RETURN_ERROR_IF(n < 0 || (size_t)n >= size, MLA_ERR_INTERNAL,
+                        "%s: name expression buffer of %zu bytes too small", spec->kernel, size);
+    launch->threads = MLA__FQ_PREFILL_SM90_THREADS;
+    launch->dynamic_smem = mla__fq_prefill_sm90_smem((int)dqk, (int)dv);
+    launch->cluster = 1;
+    return MLA_OK;
+}
+
 void mla_prefill_attention_args_init(mla_prefill_attention_args *args) {
     memset(args, 0, sizeof *args);
     args->struct_size = sizeof *args;
@@ -261,16 +287,65 @@ static mla_status add_quant_params(mla__spec *spec, const mla_prefill_attention_
     return mla__spec_add(spec, "sparsity_m", a->sparsity_n != 0 ? a->sparsity_m : 0);
 }
 
-/* Launches k with the one parameter struct params on a grid of (CTA row tiles of the longest
- * request, capped at MAX_GRID_X; kv heads; requests), cta_rows rows (query x group) a tile. */
-static mla_status launch_tiles(mla_runtime *rt, const mla__kernel *k,
-                               const mla_prefill_attention_args *a, const pdims *d,
-                               long long cta_rows, void *params, CUstream stream) {
+/* Launches k with its parameters args on a grid of (CTA row tiles of the longest request,
+ * capped at MAX_GRID_X; kv heads; requests), cta_rows rows (query x group) a tile. */
+static mla_status launch_grid(mla_runtime *rt, const mla__kernel *k,
+                              const mla_prefill_attention_args *a, const pdims *d,
+                              long long cta_rows, void **args, CUstream stream) {
     long long groups = d->heads / d->kv_heads;
     long long tiles = ((long long)a->max_seqlen_q * groups + cta_rows - 1) / cta_rows;
     unsigned gx = (unsigned)(tiles < 1 ? 1 : tiles > MAX_GRID_X ? MAX_GRID_X : tiles);
-    void *args[] = {params};
     return mla__launch(rt, k, gx, (unsigned)d->kv_heads, (unsigned)d->batch, stream, args);
+}
+
+/* launch_grid with the one parameter struct params. */
+static mla_status launch_tiles(mla_runtime *rt, const mla__kernel *k,
+                               const mla_prefill_attention_args *a, const pdims *d,
+                               long long cta_rows, void *params, CUstream stream) {
+    void *args[] = {params};
+    return launch_grid(rt, k, a, d, cta_rows, args, stream);
+}
+
+/* A quantized operand's per-tensor scale lets the wgmma prefill's quantizers use reciprocals:
+ * scale, 6 scale and every NVFP4 block scale (>= 2^-9 scale) normal, so their reciprocals are
+ * finite (prefill_sm90.cu drops the fallback division). */
+static int sm90_scale_ok(int mode, float amax) {
+    return mode == MLA_QDQ_NONE || mla__fq_scale(mode, amax) >= 0x1p-100f;
+}
+
+/* The wgmma prefill applies: where the tensor-core one does, on sm_90a, no CTA shape of the
+ * mma.sync kernel forced, v_head_dim 64 or 128, scales as sm90_scale_ok says. */
+static int use_sm90(const mla_runtime *rt, const mla_prefill_attention_args *a, const pdims *d) {
+    const mla__kernel_kind *kind = mla__kernel_kind_find("fakequant_prefill_sm90");
+    return use_mma(rt, a, d) && !rt->fakequant_prefill_warps && sm90_dv_ok(d->dv) &&
+           !strcmp(rt->arch, kind->only_arch) && sm90_scale_ok(a->q_quant, a->q_amax) &&
+           sm90_scale_ok(a->k_quant, a->k_amax) && sm90_scale_ok(a->p_quant, a->p_amax) &&
+           sm90_scale_ok(a->v_quant, a->v_amax);
+}
+
+/* The TMA descriptor of k or v [total_k, kv_heads, dim] for the wgmma prefill: a 4-D tensor
+ * (dim, kv_heads, total_k, 1), boxes of 64 features x 1 head x 64 keys, 128-byte swizzle, keys
+ * past total_k read as zeros; strides of dimensions of size 1 are free and replaced by a valid
+ * one. Returns 0 when the driver refuses it (the caller then runs the mma.sync kernel). */
+static int encode_rows_tma(mla_runtime *rt, const DLTensor *t, int f16, CUtensorMap *map) {
+    const cuuint64_t row = (cuuint64_t)t->shape[2] * 2;
+    cuuint64_t dim[4] = {(cuuint64_t)t->shape[2], (cuuint64_t)t->shape[1], (cuuint64_t)t->shape[0], 1};
+    cuuint64_t stride[3] = {(cuuint64_t)mla__stride(t, 1) * 2, (cuuint64_t)mla__stride(t, 0) * 2,
+                            row};
+    for (int i = 0; i < 2; i++)
+        if (dim[i + 1] == 1) stride[i] = row;
+    const cuuint32_t box[4] = {64, 1, 64, 1};
+    const cuuint32_t estride[4] = {1, 1, 1, 1};
+    memset(map, 0, sizeof *map);
+    CUresult r = rt->drv.cuTensorMapEncodeTiled(
+        map, f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4,
+        mla__data(t) ? (void *)(uintptr_t)mla__data(t) : NULL, dim, stride, box, estride,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        mla__log(rt, MLA_LOG_DEBUG, "fake-quant prefill: no TMA descriptor (CUresult %d): the "
+                 "mma.sync kernel runs", (int)r);
+    return r == CUDA_SUCCESS;
 }
 
 static mla_status launch_prefill_mma(mla_runtime *rt, const mla_prefill_attention_args *a,
@@ -292,6 +367,18 @@ static mla_status launch_prefill_mma(mla_runtime *rt, const mla_prefill_attentio
         .pv_eff = (float)(code_factor(a->p_quant, a->p_amax) * code_factor(a->v_quant, a->v_amax)),
     };
     mla__spec spec;
+    CUtensorMap tk, tv;
+    if (use_sm90(rt, a, d) && encode_rows_tma(rt, a->k, d->f16, &tk) &&
+        encode_rows_tma(rt, a->v, d->f16, &tv)) {
+        mla__spec_init(&spec, "fakequant_prefill_sm90");
+        MLA_FORWARD_IF_ERROR(add_quant_params(&spec, a, d));
+        MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "dqk", d->dqk));
+        MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "dv", d->dv));
+        const mla__kernel *k = NULL;
+        MLA_FORWARD_IF_ERROR(mla__get_kernel(rt, &spec, &k));
+        void *args[] = {&p, &tk, &tv};
+        return launch_grid(rt, k, a, d, MLA__FQ_PREFILL_SM90_ROWS, args, stream);
+    }
     mla__spec_init(&spec, "fakequant_prefill_mma");
     MLA_FORWARD_IF_ERROR(add_quant_params(&spec, a, d));
     MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "dqk", d->dqk));

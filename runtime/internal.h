@@ -302,8 +302,9 @@ struct mla_runtime {
                                       FlashMLA decode runs the portable kernel on sm_90a too */
     int fakequant_prefill_portable; /* $MLAJIT_FAKEQUANT_PREFILL was "portable" at create: the
                                        fake-quant prefill runs the fp32 kernel everywhere */
-    int fakequant_prefill_warps;    /* "mma4", "mma8", "mma32": the tensor-core prefill's CTA, */
-    int fakequant_prefill_rows;     /* warps and rows per warp (4/16, 8/16, 4/32); 0: default */
+    int fakequant_prefill_warps;    /* "mma4", "mma8", "mma32": the mma.sync prefill (not the */
+    int fakequant_prefill_rows;     /* sm_90a wgmma one) with this CTA's warps and rows per warp
+                                       (4/16, 8/16, 4/32); 0: default */
     int fakequant_decode_fp32;     /* $MLAJIT_FAKEQUANT_DECODE was "fp32" at create: the fake-quant
                                       decode runs decode.cu, not the tensor-core decode_mma.cu */
     int flashmla_sparse_prefetch;  /* $MLAJIT_FLASHMLA_SPARSE_PREFETCH was "1" at create: the

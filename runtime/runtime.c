@@ -137,9 +137,9 @@ static void resolve_flashmla_decode(mla_runtime *rt) {
 }
 
 /* $MLAJIT_FAKEQUANT_PREFILL, read here once: "portable" runs the fake-quant prefill on the fp32
- * kernel even where the tensor-core one applies; "mma4", "mma8" and "mma32" pick the tensor-core
- * kernel's CTA (4 or 8 warps of 16 rows, 4 warps of 32 rows) instead of the default
- * (comparisons); any other value is ignored with a warning. */
+ * kernel even where a tensor-core one applies; "mma4", "mma8" and "mma32" run the mma.sync
+ * kernel (instead of the wgmma one on sm_90a) with that CTA (4 or 8 warps of 16 rows, 4 warps of
+ * 32 rows; unset: 8 x 16) (comparisons); any other value is ignored with a warning. */
 static void resolve_fakequant_prefill(mla_runtime *rt) {
     static const struct { const char *name; int warps, rows; } ctas[] = {
         {"mma4", 4, 16}, {"mma8", 8, 16}, {"mma32", 4, 32}};

@@ -20,6 +20,9 @@ static const char *const fakequant_prefill_mma_params[] = {"dtype", "q_quant", "
                                                            "p_quant", "v_quant", "sparsity_m",
                                                            "dqk", "dv", "warps",
                                                            "rows_per_warp", NULL};
+static const char *const fakequant_prefill_sm90_params[] = {"dtype", "q_quant", "k_quant",
+                                                            "p_quant", "v_quant", "sparsity_m",
+                                                            "dqk", "dv", NULL};
 static const char *const dsv4_attention_params[] = {"H", "page_size", "draft_tokens", "hca", NULL};
 static const char *const dsv4_output_proj_params[] = {"H", "G", NULL};
 static const char *const dsv4_output_proj_stream_params[] = {"H", "G", "NT", NULL};
@@ -71,6 +74,8 @@ static const mla__kernel_kind kinds[] = {
      mla__fakequant_prefill_build},
     {"fakequant_prefill_mma", "fakequant/prefill_mma.cu", fakequant_prefill_mma_params,
      mla__fakequant_prefill_mma_build},
+    {"fakequant_prefill_sm90", "fakequant/prefill_sm90.cu", fakequant_prefill_sm90_params,
+     mla__fakequant_prefill_sm90_build, "sm_90a"},
 };
 
 const mla__kernel_kind *mla__kernel_kinds(int *count) {

@@ -2,7 +2,8 @@
  * and the tensor-core decode_mma for cache_dtype x k_qdq x v_qdq x p_qdq; the combine for each out_dtype) and a covering set of
  * the prefill's (dtype x q/k/p/v quant x sparsity_m: every value of every parameter, each mode
  * beside each other mode and each sparsity, the GPU tests' specs among them; for the tensor-core
- * prefill the same set over its head dims, every dqk and every dv) compiles with NVRTC
+ * prefill the same set over its head dims, every dqk and every dv; for the wgmma prefill, sm_90a
+ * only, the same set over its head dims) compiles with NVRTC
  * for sm_90a and sm_100a through the library (mla__precompile, no GPU needed) and reports the
  * launch needs the runtime uses. Spec values outside the kinds' ranges are refused. */
 #include <criterion/criterion.h>
@@ -24,7 +25,7 @@ typedef struct compile_case {
 
 #define N_PREFILL 12
 #define N_PER_ARCH (6 + 2 * 54 + 3 + 2 * N_PREFILL + 6)
-static compile_case cases[2 * N_PER_ARCH];
+static compile_case cases[2 * N_PER_ARCH + N_PREFILL];
 
 static compile_case *add_case(int *n, const char *arch, const char *kernel, int count, int v0,
                               int v1, int v2, int v3) {
@@ -93,6 +94,18 @@ static void fill_cases(void) {
             c->v[8] = 8, c->v[9] = 16;
         }
     }
+    /* the wgmma prefill (sm_90a only): the same specs over its head dims, the bench's and GPU
+     * tests' (192, 128), (128, 64), (64, 128) among them */
+    static const int dims90[N_PREFILL][2] = {
+        {192, 128}, {192, 128}, {192, 128}, {64, 128}, {192, 128}, {64, 64},
+        {192, 128}, {128, 64}, {64, 128}, {64, 128}, {128, 64}, {128, 128},
+    };
+    for (int i = 0; i < N_PREFILL; i++) {
+        const int *v = prefill_specs[i];
+        compile_case *c = add_case(&n, "sm_90a", "fakequant_prefill_sm90", 8, v[0], v[1], v[2],
+                                   v[3]);
+        c->v[4] = v[4], c->v[5] = v[5], c->v[6] = dims90[i][0], c->v[7] = dims90[i][1];
+    }
 }
 
 ParameterizedTestParameters(fakequant_compile, every_spec) {
@@ -122,7 +135,9 @@ ParameterizedTest(compile_case *c, fakequant_compile, every_spec) {
     int decode_mma = !strcmp(c->kernel, "fakequant_decode_mma");
     int prefill = !strcmp(c->kernel, "fakequant_prefill");
     int prefill_mma = !strcmp(c->kernel, "fakequant_prefill_mma");
+    int prefill_sm90 = !strcmp(c->kernel, "fakequant_prefill_sm90");
     cr_expect(launch.threads == (prefill_mma ? c->v[8] * 32
+                                 : prefill_sm90 ? MLA__FQ_PREFILL_SM90_THREADS
                                  : strcmp(c->kernel, "fakequant_qdq") ? MLA__FQ_THREADS
                                                                       : MLA__FQ_QDQ_THREADS),
               "%s: threads %d", desc, launch.threads);
@@ -131,6 +146,7 @@ ParameterizedTest(compile_case *c, fakequant_compile, every_spec) {
                                       : prefill ? MLA__FQ_PREFILL_SMEM
                                       : prefill_mma ? MLA__FQ_PREFILL_MMA_SMEM(c->v[6], c->v[7],
                                                                                c->v[8], c->v[9])
+                                      : prefill_sm90 ? mla__fq_prefill_sm90_smem(c->v[6], c->v[7])
                                       : 0),
               "%s: smem %d", desc, launch.dynamic_smem);
     cr_expect(launch.dynamic_smem <= 227 * 1024, "%s: smem %d over the 227 KiB limit", desc,
@@ -157,6 +173,11 @@ Test(fakequant_compile, builders_refuse_bad_specs) {
         {"fakequant_prefill_mma", 10, {0, 0, 0, 0, 0, 0, 192, 128, 8, 32}},
         {"fakequant_prefill_mma", 10, {0, 0, 0, 0, 0, 0, 192, 128, 4, 24}},
         {"fakequant_prefill_mma", 9, {0, 0, 0, 0, 0, 0, 192, 128, 4}},
+        {"fakequant_prefill_sm90", 8, {0, 0, 0, 0, 0, 0, 192, 32}},
+        {"fakequant_prefill_sm90", 8, {0, 0, 0, 0, 0, 0, 96, 128}},
+        {"fakequant_prefill_sm90", 8, {0, 0, 0, 0, 0, 6, 192, 128}},
+        {"fakequant_prefill_sm90", 8, {3, 0, 0, 0, 0, 0, 192, 128}},
+        {"fakequant_prefill_sm90", 7, {0, 0, 0, 0, 0, 0, 192}},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         const mla__kernel_kind *kind = mla__kernel_kind_find(bad[i].kernel);

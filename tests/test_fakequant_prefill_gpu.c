@@ -12,11 +12,14 @@
  * quantized results, and all-NVFP4 stays close to dense [cos > 0.98]. Every test runs on the same
  * inputs: on a default runtime, where the tensor-core kernel (prefill_mma.cu, "[mma]" in
  * messages) runs every case its shapes allow (head dims 192/128 and 64/32 here; 576/512 and P
- * quantized with block_n 128 take the fp32 kernel, and the test checks which kernel ran), then on
- * a runtime created with MLAJIT_FAKEQUANT_PREFILL=portable, which runs the fp32 kernel
- * (prefill.cu, "[fp32]") everywhere, and on runtimes with MLAJIT_FAKEQUANT_PREFILL=mma4, mma8 or
- * mma32 for the tensor-core kernel's CTA shapes other than the default ("[mma8]" etc.).
- * Reproduce a failure with MLAJIT_TEST_SEED=<seed in the message>. */
+ * quantized with block_n 128 take the fp32 kernel, and the test checks which kernel ran; on
+ * sm_90a the wgmma kernel prefill_sm90.cu takes the tensor-core cases with v_head_dim 64 or 128,
+ * "[default]" in messages), then on a runtime created with MLAJIT_FAKEQUANT_PREFILL=portable,
+ * which runs the fp32 kernel (prefill.cu, "[fp32]") everywhere, and on runtimes with
+ * MLAJIT_FAKEQUANT_PREFILL=mma4, mma8 or mma32 for the mma.sync kernel's CTA shapes ("[mma8]"
+ * etc.; the one that is the default is skipped where the default runtime runs it).
+ * Reproduce a failure with MLAJIT_TEST_SEED=<seed in the message>; MLT_PF_PASSES=default,fp32
+ * (a comma-separated list of the labels) runs only those passes (development; unset: all). */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <math.h>
@@ -67,6 +70,8 @@ static mlt_pf_case sweep[] = {
      0, 0, 0, 0, 2, 4, 0, 16, 0, 0, 0},
     {"fp16 q nvfp4 k fp8 p fp8 v nvfp4 amax", 1, 4, 2, 64, 32, 2, {37, 16}, {41, 80}, 1,
      F4, F8, F8, F4, 4, 2, 0.5f, 3, 0, 4, 0, 64, 32, 0, 0},
+    {"fp16 128/64 q fp8 k nvfp4 p nvfp4 bn32 v fp8 amax", 1, 4, 2, 128, 64, 2, {37, 16}, {41, 80},
+     1, F8, F4, F4, F8, 3, 2, 1, 2, 0, 4, 0, 64, 32, 0, 0},
 };
 
 ParameterizedTestParameters(fakequant_prefill_gpu, sweep) {
@@ -77,13 +82,27 @@ ParameterizedTestParameters(fakequant_prefill_gpu, sweep) {
  * the tensor-core kernel's other CTA shapes (4 or 8 warps of 16 rows, 4 warps of 32 rows; the
  * one that is the default is skipped). */
 enum { N_PASS = 5 };
-static const char *const pass_label[N_PASS] = {"mma", "fp32", "mma4", "mma8", "mma32"};
+static const char *const pass_label[N_PASS] = {"default", "fp32", "mma4", "mma8", "mma32"};
 static const char *const pass_env[N_PASS] = {NULL, "portable", "mma4", "mma8", "mma32"};
 static const int pass_warps[N_PASS] = {0, 0, 4, 8, 4}, pass_rows[N_PASS] = {0, 0, 16, 16, 32};
 
-/* Pass p repeats the default CTA. */
-static int pass_is_default(int p) {
-    return pass_warps[p] == MLA__FQ_PREFILL_MMA_WARPS && pass_rows[p] == MLA__FQ_PREFILL_MMA_ROWS;
+/* The default runtime (pass 0, created first in every test) runs the wgmma kernel where it
+ * applies (the device is sm_90a). */
+static int default_sm90;
+
+/* Pass p repeats what the default runtime runs (the default CTA of the mma.sync kernel, off
+ * sm_90a), or MLT_PF_PASSES leaves it out. */
+static int pass_skipped(int p) {
+    const char *want = getenv("MLT_PF_PASSES");
+    if (want && want[0]) {
+        char list[128];
+        snprintf(list, sizeof list, ",%s,", want);
+        char item[32];
+        snprintf(item, sizeof item, ",%s,", pass_label[p]);
+        if (!strstr(list, item)) return 1;
+    }
+    return !default_sm90 && pass_warps[p] == MLA__FQ_PREFILL_MMA_WARPS &&
+           pass_rows[p] == MLA__FQ_PREFILL_MMA_ROWS;
 }
 
 /* A GPU runtime created with $MLAJIT_FAKEQUANT_PREFILL as pass_env[pass] (unset for NULL), which
@@ -100,6 +119,7 @@ static mla_runtime *gpu_or_skip(int pass) {
               "creation: portable %d, warps %d, rows %d", pass_env[pass] ? pass_env[pass] : "(unset)",
               rt->fakequant_prefill_portable, rt->fakequant_prefill_warps,
               rt->fakequant_prefill_rows);
+    if (pass == 0) default_sm90 = !strcmp(rt->arch, "sm_90a");
     return rt;
 }
 
@@ -112,14 +132,31 @@ static int expect_mma(const mlt_pf_case *c) {
            (c->p == MLA_QDQ_NONE || bn == 16 || bn == 32 || bn == 64);
 }
 
-/* The kernels rt ran: the tensor-core one when any case used expects it (mma) and the fp32 one
- * when any does not (fp32); in pass 1 the fp32 one only. */
-static void expect_kernels(const mla_runtime *rt, int pass, int mma, int fp32, const char *name) {
+/* The kernel a case runs on in pass p: 2 the wgmma one (the default runtime on sm_90a, v_head_dim
+ * 64 or 128), 1 the mma.sync one, 0 the fp32 one. */
+static int kernel_of(const mlt_pf_case *c, int pass) {
+    if (pass == 1 || !expect_mma(c)) return 0;
+    return pass == 0 && default_sm90 && (c->dv == 64 || c->dv == 128) ? 2 : 1;
+}
+
+/* The kernels rt ran: the wgmma one (sm90), the mma.sync one (mma) and the fp32 one (fp32) each
+ * when any case used expects it; in pass 1 the fp32 one only. */
+static void expect_kernels(const mla_runtime *rt, int pass, int sm90, int mma, int fp32,
+                           const char *name) {
     int nm = mlt_loaded_of_kind(rt, "fakequant_prefill_mma"), nf = mlt_loaded_of_kind(rt, "fakequant_prefill");
-    if (pass == 1) mma = 0, fp32 = 1;
-    cr_assert((nm > 0) == mma && (nf > 0) == fp32, "%s [%s]: expected %s tensor-core and %s fp32 "
-              "kernels, the runtime loaded %d and %d", name, pass_label[pass], mma ? "some" : "no",
-              fp32 ? "some" : "no", nm, nf);
+    int ns = mlt_loaded_of_kind(rt, "fakequant_prefill_sm90");
+    if (pass == 1) sm90 = mma = 0, fp32 = 1;
+    cr_assert((ns > 0) == sm90 && (nm > 0) == mma && (nf > 0) == fp32, "%s [%s]: expected %s "
+              "wgmma, %s mma.sync and %s fp32 kernels, the runtime loaded %d, %d and %d", name,
+              pass_label[pass], sm90 ? "some" : "no", mma ? "some" : "no", fp32 ? "some" : "no",
+              ns, nm, nf);
+}
+
+/* expect_kernels for a test whose cases all run on the kernel of case c. */
+static void expect_kernel_of(const mla_runtime *rt, int pass, const mlt_pf_case *c,
+                             const char *name) {
+    int k = kernel_of(c, pass);
+    expect_kernels(rt, pass, k == 2, k == 1, k == 0, name);
 }
 
 /* c with " [mma]" or " [fp32]" appended to its name. */
@@ -200,12 +237,12 @@ static unsigned char *nm_unsure_rows(const mlt_pf_case *c, const mlt_pf_run *r, 
 ParameterizedTest(mlt_pf_case *c0, fakequant_prefill_gpu, sweep) {
     uint64_t seed = mlt_seed();
     for (int pass = 0; pass < N_PASS; pass++) {
-        if (pass_is_default(pass)) continue;
+        if (pass_skipped(pass)) continue;
         mla_runtime *rt = gpu_or_skip(pass);
         mlt_pf_case cl = labelled(c0, pass), *c = &cl;
         mlt_pf_run r;
         run_case(rt, c, seed, 4.0, &r);
-        expect_kernels(rt, pass, expect_mma(c), !expect_mma(c), c->name);
+        expect_kernel_of(rt, pass, c, c->name);
         int quant = c->q || c->k || c->p || c->v;
         if (!quant && !c->sparsity_n) expect_ref(c, &r, 1, 5e-3, 5e-3, seed);
         unsigned char *skip = nm_unsure_rows(c, &r, seed);
@@ -271,13 +308,14 @@ static void nm_exemptions_exact_on(int pass) {
         expect_ref_rows(&c, &r, 0, 5e-3, 5e-3, seed, skip);
         free(out), free(lse), free(all), free(lse2), free(unsure), free(skip), mlt_pf_free(&r);
     }
-    expect_kernels(rt, pass, 1, 0, "nm_exemptions_exact");
+    const mlt_pf_case shape = {"", 0, 2, 1, 64, 128};
+    expect_kernel_of(rt, pass, &shape, "nm_exemptions_exact");
     mla_runtime_destroy(rt);
 }
 
 Test(fakequant_prefill_gpu, nm_exemptions_exact) {
     for (int pass = 0; pass < N_PASS; pass++)
-        if (!pass_is_default(pass)) nm_exemptions_exact_on(pass);
+        if (!pass_skipped(pass)) nm_exemptions_exact_on(pass);
 }
 
 /* Every N:M group fully tied (k rows equal within groups of 8), non-causal, no exemptions: M = 4
@@ -309,13 +347,14 @@ static void nm_ties_on(int pass) {
         expect_ref(&c, &r, 0, 5e-3, 5e-3, seed);
         mlt_pf_free(&r);
     }
-    expect_kernels(rt, pass, 1, 0, "nm_ties");
+    const mlt_pf_case shape = {"", 0, 2, 2, 64, 128};
+    expect_kernel_of(rt, pass, &shape, "nm_ties");
     mla_runtime_destroy(rt);
 }
 
 Test(fakequant_prefill_gpu, nm_ties) {
     for (int pass = 0; pass < N_PASS; pass++)
-        if (!pass_is_default(pass)) nm_ties_on(pass);
+        if (!pass_skipped(pass)) nm_ties_on(pass);
 }
 
 /* Causal prefill of q 48 over k 112 equals the LSE merge of a non-causal chunk over keys
@@ -358,14 +397,14 @@ static void two_chunk_lse_merge_on(int pass) {
         }
     mlt_pf_case fl = labelled(&full, pass);
     expect_ref(&fl, &rf, 1, 5e-3, 5e-3, seed);
-    expect_kernels(rt, pass, 1, 0, "two_chunk_lse_merge");
+    expect_kernel_of(rt, pass, &full, "two_chunk_lse_merge");
     mlt_pf_free(&rf), mlt_pf_free(&r1), mlt_pf_free(&r2);
     mla_runtime_destroy(rt);
 }
 
 Test(fakequant_prefill_gpu, two_chunk_lse_merge) {
     for (int pass = 0; pass < N_PASS; pass++)
-        if (!pass_is_default(pass)) two_chunk_lse_merge_on(pass);
+        if (!pass_skipped(pass)) two_chunk_lse_merge_on(pass);
 }
 
 static double max_diff(const double *a, const double *b, size_t n) {
@@ -415,7 +454,9 @@ static void quantization_changes_results_on(int pass) {
     cr_expect(max_diff(rp.out, o128, np) > 1e-3, "p nvfp4 [%s] seed %llu: block_n 16 on the "
               "device equals the block_n 128 oracle (max diff %.3g)", pass_label[pass],
               (unsigned long long)seed, max_diff(rp.out, o128, np));
-    expect_kernels(rt, pass, 1, 0, "quantization_changes_results");
+    const int kc = kernel_of(&c, pass), kp = kernel_of(&p16, pass);
+    expect_kernels(rt, pass, kc == 2 || kp == 2, kc == 1 || kp == 1, 0,
+                   "quantization_changes_results");
     free(dense), free(lse), free(o128), free(l128);
     mlt_pf_free(&r), mlt_pf_free(&ra), mlt_pf_free(&rp);
     mla_runtime_destroy(rt);
@@ -423,5 +464,5 @@ static void quantization_changes_results_on(int pass) {
 
 Test(fakequant_prefill_gpu, quantization_changes_results) {
     for (int pass = 0; pass < N_PASS; pass++)
-        if (!pass_is_default(pass)) quantization_changes_results_on(pass);
+        if (!pass_skipped(pass)) quantization_changes_results_on(pass);
 }

@@ -20,6 +20,11 @@ __device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
 
+// mbarrier.arrive.shared::cta.b64: one arrival of this thread on bar.
+__device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
 // cp.async.mbarrier.arrive.noinc.shared::cta.b64: one arrival on bar once this thread's earlier
 // cp.async have landed (noinc: the arrival is part of the count given at init).
 __device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(unsigned bar) {

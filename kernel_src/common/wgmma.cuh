@@ -211,10 +211,64 @@ __device__ __forceinline__ void wgmma_m64n256k16_rs(float (&d)[32][4], const uns
 #undef MLA_WGMMA_M64N256_RS
 
 
+#define MLA_WGMMA_D64_REGS                                                                         \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,\n"                     \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,\n"            \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,\n"            \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define MLA_WGMMA_D64_OUTS                                                                         \
+    MLA_WGMMA_D4(0), MLA_WGMMA_D4(1), MLA_WGMMA_D4(2), MLA_WGMMA_D4(3),                            \
+    MLA_WGMMA_D4(4), MLA_WGMMA_D4(5), MLA_WGMMA_D4(6), MLA_WGMMA_D4(7),                            \
+    MLA_WGMMA_D4(8), MLA_WGMMA_D4(9), MLA_WGMMA_D4(10), MLA_WGMMA_D4(11),                          \
+    MLA_WGMMA_D4(12), MLA_WGMMA_D4(13), MLA_WGMMA_D4(14), MLA_WGMMA_D4(15)
+
+// wgmma.mma_async.sync.aligned.m64n128k16.f32.{f16,bf16}: D[64 x 128] (+)= A[64 x 16] B[16 x 128],
+// A from registers (the mma.sync m16n8k16 A fragment of the warp's 16 rows, as the m64n64 form),
+// B from shared memory, K-major (kTransB 0) or N-major (1); scale_d 0: D = A B.
+#define MLA_WGMMA_M64N128_RS(TY)                                                                   \
+    asm volatile(                                                                                  \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                               \
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY "\n"                              \
+        MLA_WGMMA_D64_REGS ",\n"                                                                   \
+        "{%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"                                            \
+        : MLA_WGMMA_D64_OUTS                                                                       \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(scale_d), "n"(kTransB))
+template <bool kF16, int kTransB>
+__device__ __forceinline__ void wgmma_m64n128k16_rs(float (&d)[16][4], const unsigned (&a)[4],
+                                                   unsigned long long b_desc, int scale_d) {
+#if MLA_WGMMA_ENABLED
+    if constexpr (kF16)
+        MLA_WGMMA_M64N128_RS("f16");
+    else
+        MLA_WGMMA_M64N128_RS("bf16");
+#else
+    __trap();
+#endif
+}
+#undef MLA_WGMMA_M64N128_RS
+
+// setmaxnreg.{inc,dec}.sync.aligned.u32 N: the executing warpgroup's per-thread register budget
+// raised (waiting for registers the other warpgroups release) or lowered to N (24..256, a
+// multiple of 8). Every warp of the warpgroup executes it. sm_90a only: elsewhere a no-op.
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+#if MLA_WGMMA_ENABLED
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+#if MLA_WGMMA_ENABLED
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+
 #undef MLA_WGMMA_D4
 #undef MLA_WGMMA_D32_REGS
 #undef MLA_WGMMA_D32_OUTS
 #undef MLA_WGMMA_D128_REGS
 #undef MLA_WGMMA_D128_OUTS
+#undef MLA_WGMMA_D64_REGS
+#undef MLA_WGMMA_D64_OUTS
 
 }  // namespace mla

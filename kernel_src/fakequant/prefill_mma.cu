@@ -210,18 +210,30 @@ __device__ __forceinline__ void pm_scores(float (&s)[8][4], const PrefillMmaPara
                                           int q_len) {
     const int t4 = threadIdx.x & 3;
     const float neg_inf = pm_neg_inf();
+    const float qk = p.qk_eff;
+    if (masked) {   // one branch per tile, not one per score
+        // key j0 + j * 8 + 2 t4 + (e & 1) is kept iff it is < lim of its row (k_len, or the
+        // causal bound i + off + 1 if smaller)
+        const int lim_a = p.causal ? min(k_len, ia + off + 1) : k_len;
+        const int lim_b = p.causal ? min(k_len, ib + off + 1) : k_len;
 #pragma unroll
-    for (int j = 0; j < 8; j++)
+        for (int j = 0; j < 8; j++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            float x = __fmul_rn(s[j][e], p.qk_eff);
-            if (masked) {
-                const int key = j0 + j * 8 + 2 * t4 + (e & 1), i = e < 2 ? ia : ib;
-                if (key >= k_len || (p.causal && key > i + off)) x = neg_inf;
+            for (int e = 0; e < 4; e++) {
+                const int key = j0 + j * 8 + 2 * t4 + (e & 1);
+                const float x = __fmul_rn(s[j][e], qk);
+                s[j][e] = key < (e < 2 ? lim_a : lim_b) ? x : neg_inf;
             }
-            s[j][e] = x;
-        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[j][e] = __fmul_rn(s[j][e], qk);
+    }
     if constexpr (kM != 0) {
+        // a dense key in the tile is possible only for a single-row sequence, a tile reaching
+        // into the sink, or one reaching past the recent bound of the lane's first row (ia <= ib)
+        const bool exempt = q_len <= 1 || j0 < p.sink || j0 + kPmBN - 1 > ia + off - p.recent;
 #pragma unroll
         for (int j = 0; j < 8; j++)
 #pragma unroll
@@ -230,9 +242,12 @@ __device__ __forceinline__ void pm_scores(float (&s)[8][4], const PrefillMmaPara
                 const int i = h ? ib : ia;
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
-                    const int key = j0 + j * 8 + 2 * t4 + e;
-                    const int d = i + off - key;
-                    const bool dense = q_len <= 1 || key < p.sink || (d >= 0 && d < p.recent);
+                    bool dense = false;
+                    if (exempt) {
+                        const int key = j0 + j * 8 + 2 * t4 + e;
+                        const int d = i + off - key;
+                        dense = q_len <= 1 || key < p.sink || (d >= 0 && d < p.recent);
+                    }
                     if (!dense && !(keep >> e & 1)) s[j][2 * h + e] = neg_inf;
                 }
             }
