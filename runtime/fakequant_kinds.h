@@ -23,6 +23,10 @@ mla_status mla__fakequant_combine_build(const struct mla__spec *spec, char *name
  * (kernel_src/fakequant/decode_mma.cu). runtime/fakequant.c. */
 mla_status mla__fakequant_decode_mma_build(const struct mla__spec *spec, char *name_expr,
                                            size_t size, struct mla__launch_info *launch);
+/* "fakequant_decode_sm90" (the same parameters): the sm_90a decode on wgmma and TMA
+ * (kernel_src/fakequant/decode_sm90.cu). runtime/fakequant.c. */
+mla_status mla__fakequant_decode_sm90_build(const struct mla__spec *spec, char *name_expr,
+                                            size_t size, struct mla__launch_info *launch);
 /* "fakequant_prefill" (dtype, q_quant, k_quant, p_quant, v_quant, sparsity_m).
  * runtime/fakequant_prefill.c. */
 mla_status mla__fakequant_prefill_build(const struct mla__spec *spec, char *name_expr, size_t size,
@@ -74,6 +78,13 @@ typedef struct mla__fq_decode_params {
 static inline int mla__fq_mma_cluster(long long k_qdq, long long v_qdq) {
     return k_qdq || v_qdq ? 2 : 1;
 }
+
+/* sm_90a decode (decode_sm90.cu): the same parameter block as decode_mma.cu's and the cache's TMA
+ * descriptor; 64 heads per CTA, page_size % 8 == 0; without P quantization one slot per chunk of
+ * G "virtual splits" of MLA__FQ_SM90_VIRTUAL_TILES tiles, G = ceil(ceil(tiles / 64) / splits). */
+#define MLA__FQ_DECODE_SM90_SMEM 218136   /* decode_sm90.cu kSmemBytes */
+#define MLA__FQ_SM90_VIRTUAL_TILES 64     /* decode_sm90.cu kVirtualTiles */
+#define MLA__FQ_SM90_MAX_BOX_ROWS 32      /* decode_sm90.cu load_tile: rows of a TMA box */
 
 typedef struct mla__fq_decode_mma_params {
     CUdeviceptr q;

@@ -305,7 +305,9 @@ struct mla_runtime {
     int fakequant_prefill_warps;    /* "mma4", "mma8", "mma32": the tensor-core prefill's CTA, */
     int fakequant_prefill_rows;     /* warps and rows per warp (4/16, 8/16, 4/32); 0: default */
     int fakequant_decode_fp32;     /* $MLAJIT_FAKEQUANT_DECODE was "fp32" at create: the fake-quant
-                                      decode runs decode.cu, not the tensor-core decode_mma.cu */
+                                      decode runs decode.cu, not the tensor-core kernels */
+    int fakequant_decode_mma;      /* ... was "mma": it runs decode_mma.cu where it applies, not
+                                      the sm_90a decode_sm90.cu */
     int flashmla_sparse_prefetch;  /* $MLAJIT_FLASHMLA_SPARSE_PREFETCH was "1" at create: the
                                       sm_90a sparse kernels prefetch gathered rows to L2 (measured
                                       slower; off by default) */
