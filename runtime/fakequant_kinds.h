@@ -82,7 +82,7 @@ static inline int mla__fq_mma_cluster(long long k_qdq, long long v_qdq) {
 /* sm_90a decode (decode_sm90.cu): the same parameter block as decode_mma.cu's and the cache's TMA
  * descriptor; 64 heads per CTA, page_size % 8 == 0; without P quantization one slot per chunk of
  * G "virtual splits" of MLA__FQ_SM90_VIRTUAL_TILES tiles, G = ceil(ceil(tiles / 64) / splits). */
-#define MLA__FQ_DECODE_SM90_SMEM 218136   /* decode_sm90.cu kSmemBytes */
+#define MLA__FQ_DECODE_SM90_SMEM 230432   /* decode_sm90.cu kSmemBytes */
 #define MLA__FQ_SM90_VIRTUAL_TILES 64     /* decode_sm90.cu kVirtualTiles */
 #define MLA__FQ_SM90_MAX_BOX_ROWS 32      /* decode_sm90.cu load_tile: rows of a TMA box */
 

@@ -264,28 +264,31 @@ __device__ __forceinline__ void quantize_tile(const MmaDecodeParams &p, const un
     }
 }
 
-// Chunk c (8 features) of q row h of request b as 16-bit pairs (0 for h past the heads); an fp32
-// q is rounded to 16 bits, and inexact set when a value is not exact there.
+// Features f, f + 1 of q row h of request b as a 16-bit pair (0 for h past the heads); an fp32 q
+// is rounded to 16 bits, and inexact set when a value is not exact there.
+template <bool kF16>
+__device__ __forceinline__ unsigned q_pair(const MmaDecodeParams &p, int b, int h, int f,
+                                           bool &inexact) {
+    if (h >= p.heads) return 0u;
+    const long long base = (long long)b * p.q_stride_b + (long long)h * p.q_stride_h + f;
+    if (p.q_fp32) {
+        const float *qf = static_cast<const float *>(p.q) + base;
+        const float x0 = qf[0], x1 = qf[1];
+        const unsigned w = pack2<kF16>(x0, x1);
+        inexact |= h2f<kF16>(w) != x0 || h2f<kF16>(w >> 16) != x1;
+        return w;
+    }
+    const unsigned short *qh = static_cast<const unsigned short *>(p.q) + base;
+    return qh[0] | ((unsigned)qh[1] << 16);
+}
+
+// Chunk c (8 features) of q row h of request b as 16-bit pairs (q_pair).
 template <bool kF16>
 __device__ __forceinline__ uint4 q_chunk(const MmaDecodeParams &p, int b, int h, int c,
                                          bool &inexact) {
-    unsigned w[4] = {0u, 0u, 0u, 0u};
-    if (h < p.heads) {
-        const long long base = (long long)b * p.q_stride_b + (long long)h * p.q_stride_h + c * 8;
-        if (p.q_fp32) {
-            const float *qf = static_cast<const float *>(p.q) + base;
+    unsigned w[4];
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const float x0 = qf[2 * e], x1 = qf[2 * e + 1];
-                w[e] = pack2<kF16>(x0, x1);
-                inexact |= h2f<kF16>(w[e]) != x0 || h2f<kF16>(w[e] >> 16) != x1;
-            }
-        } else {
-            const unsigned short *qh = static_cast<const unsigned short *>(p.q) + base;
-#pragma unroll
-            for (int e = 0; e < 4; e++) w[e] = qh[2 * e] | ((unsigned)qh[2 * e + 1] << 16);
-        }
-    }
+    for (int e = 0; e < 4; e++) w[e] = q_pair<kF16>(p, b, h, c * 8 + 2 * e, inexact);
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
 

@@ -15,33 +15,35 @@
 // Template parameters as decode_mma.cu's: kF16 (cache and MMA type float16, else bfloat16), kK,
 // kV, kP the QdqMode of K, V, P. Shapes: kv_lora_rank 512, qk_rope_head_dim 64, page_size % 8 == 0
 // (the host runs decode_mma.cu otherwise). Kernel parameters: MmaDecodeParams and the TMA
-// descriptor of the cache (runtime/fakequant_decode.c: the 3-D tensor (576 columns, page,
+// descriptor of the cache (runtime/fakequant_decode.c: the 4-D tensor (576 columns, 1, page,
 // num_blocks), boxes of 64 columns x R rows, R = min(largest power of two dividing page_size, 32),
 // 128-byte swizzle).
 //
 // CTA: 64 heads of one request and chunk (grid: head blocks, slots, batch), two warpgroups; each
-// computes a *partial* S of the whole 64 x 32 tile over half of the 576 features (warpgroup 0
-// features [0, 288), warpgroup 1 [288, 576): 18 wgmma.m64n32k16 each, Q and K from shared
-// memory), the two partials are exchanged through shared memory and summed in the same order by
-// both, so both hold the same S and run the same softmax, the same split bookkeeping and the same
-// P quantization (no maxima or P exchange). Warpgroup w then owns O columns [256 w, +256):
-// O += P V_w as 2 wgmma.m64n256k16 with P from registers (the S accumulator layout is the A
-// fragment layout) and V N-major from the tile. Pipeline per tile i (per warpgroup):
-//   wait for all products (S_i partial, O); [K none: issue the partial S of tile i + 1];
-//   partial S_i -> sS[i & 1]; barrier of both warpgroups (X); warp 0 issues the TMA of tile
+// computes a *partial* S of the whole 64 x 32 tile over half of the 576 features (warpgroup w:
+// features [256 w, +256) with Q from shared memory, and [512 + 32 w, +32) of the RoPE part with
+// Q from registers: 18 wgmma.m64n32k16, K from shared memory), the two partials are exchanged
+// through shared memory and summed in the same order by both, so both hold the same S and run the
+// same softmax, the same split bookkeeping and the same P quantization (no maxima or P exchange).
+// Warpgroup w then owns O columns [256 w, +256) (the V columns of its own K features): O += P V_w
+// as 2 wgmma.m64n256k16 with P from registers (the S accumulator layout is the A fragment layout)
+// and V N-major from the tile. Pipeline per tile i (per warpgroup):
+//   wait for all products (O); issue the partial S of tile i + 1 (under this tile's softmax);
+//   barrier of both warpgroups (X: the partials of tile i in sS); warp 0 issues the TMA of tile
 //   i - 1 + kStages into tile i - 1's stage (both warpgroups are done with it); S_i = sum;
-//   softmax, P codes; the tail tile's V rows past s zeroed and V quantized in place (the
-//   warpgroup's own columns); O rescaled, O += P V_i issued; [K quantized: K codes of tile
-//   i + 1 (the warpgroup's own features) into Kc, then its partial S issued].
-// K none keeps 3 raw stages (tiles i + 1 and i + 2 load under tile i); K quantized 2 stages
-// plus the code tile Kc. Rows past s: K rows give -inf scores (masked), V rows are zeroed
-// before V is quantized or read (TMA reads whole boxes; boxes of pages past s read zeros).
+//   softmax, P codes; the tail tile's V rows past s zeroed and V quantized in place (own
+//   columns); wait for the partial S of tile i + 1, barrier Y (both read sS), store it to sS;
+//   O rescaled, O += P V_i issued; [K quantized: K codes of tile i + 2 (own features) into Kc,
+//   under that P V].
+// K none keeps 4 raw stages (tiles i + 1 .. i + 3 load under tile i); K quantized 3 stages plus
+// the code tile Kc. Rows past s: K rows give -inf scores (masked), V rows are zeroed before V is
+// quantized or read (TMA reads whole boxes; boxes of pages past s read zeros).
 //
-// Shared memory (bytes, from a 1024-aligned base; tiles are 9 pieces of 64 columns, 128-byte
-// rows, element (r, k) at (k / 64) * piece + r * 128 + (((k % 64) / 8) ^ (r & 7)) * 16 + (k % 8) * 2):
-//   Q 64 x 576 (pieces of 8192) 0 | raw stages 3 x 32 x 576 (pieces of 4096) 73728 (K quantized:
-//   2 stages, then Kc) | sS [2 buffers][2 warpgroups][16 floats][128 threads] 184320 |
-//   mbarriers (one per stage) 217088 | 217112 bytes + 1024 for alignment.
+// Shared memory (bytes, from a 1024-aligned base; tiles are pieces of 64 columns, 128-byte rows,
+// element (r, k) at (k / 64) * piece + r * 128 + (((k % 64) / 8) ^ (r & 7)) * 16 + (k % 8) * 2):
+//   Q 64 x 512 (pieces of 8192) 0 | raw stages 4 x 32 x 576 (pieces of 4096) 65536 (K quantized:
+//   3 stages, then Kc) | sS [2 warpgroups][16 floats][128 threads] 212992 | mbarriers (one per
+//   stage) 229376 | 229408 bytes + 1024 for alignment.
 #include "common/mbarrier.cuh"
 #include "common/wgmma.cuh"
 #include "fakequant/decode_mma.cu"
@@ -64,20 +66,26 @@ constexpr int kWg = 128;                        // threads of a warpgroup
 constexpr int kQPiece = kHeads * 128;           // 8192
 constexpr int kTPiece = kTile * 128;            // 4096
 constexpr int kTileB = (kD / 64) * kTPiece;     // 36864
-constexpr int kQOff = 0;
-constexpr int kStageOff = kHeads * kD * 2;      // 73728
-constexpr int kSOff = kStageOff + 3 * kTileB;   // 184320
-constexpr int kSBytes = 2 * 2 * 16 * kWg * 4;   // 32768
-constexpr int kBarOff = kSOff + kSBytes;        // 217088
-constexpr int kSmemUsed = kBarOff + 3 * 8;
-constexpr int kSmemBytes = kSmemUsed + 1024;    // 218136
+constexpr int kQOff = 0;                        // Q features 0-511 (8 pieces)
+constexpr int kStageOff = kHeads * kRank * 2;   // 65536
+constexpr int kSOff = kStageOff + 4 * kTileB;   // 212992
+constexpr int kSBytes = 2 * 16 * kWg * 4;       // 16384
+constexpr int kBarOff = kSOff + kSBytes;        // 229376
+constexpr int kSmemUsed = kBarOff + 4 * 8;
+constexpr int kSmemBytes = kSmemUsed + 1024;    // 230432
 constexpr int kKSteps = kD / 16 / 2;            // 18 k16 steps per warpgroup
 constexpr int kVirtualTiles = 64;               // p none: the running max restarts every 64 tiles
-static_assert(kSmemBytes == 218136, "runtime/fakequant_kinds.h MLA__FQ_DECODE_SM90_SMEM");
+static_assert(kSmemBytes == 230432, "runtime/fakequant_kinds.h MLA__FQ_DECODE_SM90_SMEM");
 static_assert(kSmemBytes <= 232448, "fits the sm_90 shared memory of one CTA");
 static_assert(kStageOff % 1024 == 0 && kTileB % 1024 == 0, "swizzle atoms 1024-aligned");
 
-enum Barrier : int { kBarX = 1, kBarWg = 2 };   // kBarWg + w: warpgroup w alone
+// X: both partials of a tile written; Y: both read (the buffer may be written again); kBarWg + w:
+// warpgroup w alone.
+enum Barrier : int { kBarX = 1, kBarY = 2, kBarWg = 3 };
+
+// The j-th (of 18) k16 step of warpgroup w: features [256 w, +256) (pieces 4 w .. 4 w + 3, Q from
+// shared memory), then [512 + 32 w, +32) (the RoPE piece, Q from registers).
+__device__ __forceinline__ int kstep_of(int w, int j) { return j < 16 ? 16 * w + j : 16 + 2 * w + j; }
 
 // Byte offset of 16-byte chunk c (of 72) of row r in a 32-row tile (pieces of 4096 bytes).
 __device__ __forceinline__ unsigned toff(int r, int c) {
@@ -127,21 +135,27 @@ __device__ __forceinline__ void load_tile(const MmaDecodeParams &p, const TmaDes
     }
 }
 
-// Warpgroup w's partial S = Q K^T over its features (k16 steps [18 w, 18 w + 18)), Q and K (the
-// tile at kbuf) from shared memory; issued and committed, not waited on.
+// Warpgroup w's partial S = Q K^T over its features (kstep_of), Q pieces from shared memory and
+// its RoPE part from registers (q8), K from the tile at kbuf; issued and committed, not waited on.
 template <bool kF16>
-__device__ __forceinline__ void issue_qk(float (&s)[4][4], unsigned q, unsigned kbuf, int w) {
+__device__ __forceinline__ void issue_qk(float (&s)[4][4], const unsigned (&q8)[2][4], unsigned q,
+                                         unsigned kbuf, int w) {
     const unsigned long long qd0 = wgmma_desc_sw128(q, 16, 1024);
     const unsigned long long kd0 = wgmma_desc_sw128(kbuf, 16, 1024);
     wgmma_fence();
 #pragma unroll
-    for (int j = 0; j < kKSteps; j++) {
-        const int ks = w * kKSteps + j, pc = ks >> 2, k = ks & 3;
+    for (int j = 0; j < 16; j++) {
+        const int ks = 16 * w + j, pc = ks >> 2, k = ks & 3;
         unsigned long long qd = qd0, kd = kd0;
         flashmla::sm90::opaque(qd), flashmla::sm90::opaque(kd);
         wgmma_m64n32k16_ss<kF16, 0>(s, qd + ((pc * kQPiece + k * 32) >> 4),
                                     kd + ((pc * kTPiece + k * 32) >> 4), j > 0);
     }
+    unsigned long long kd = kd0;
+    flashmla::sm90::opaque(kd);
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+        wgmma_m64n32k16_rs<kF16, 0>(s, q8[j], kd + ((8 * kTPiece + (2 * w + j) * 32) >> 4), 1);
     wgmma_commit_group();
 }
 
@@ -161,7 +175,7 @@ __device__ __forceinline__ void qk_residual(float (&d)[4][4], const MmaDecodePar
     const float za = ha < p.heads ? 1.f : 0.f, zb = hb < p.heads ? 1.f : 0.f;
 #pragma unroll 1
     for (int j = 0; j < kKSteps; j++) {
-        const int ks = w * kKSteps + j;
+        const int ks = kstep_of(w, j);
         unsigned a[4];
         mmadec::q_lo_frag<kF16>(qa, qb, za, zb, ks * 16 + f0, a);
 #pragma unroll
@@ -175,15 +189,15 @@ __device__ __forceinline__ void qk_residual(float (&d)[4][4], const MmaDecodePar
     }
 }
 
-// K codes of the raw tile (warpgroup w's features, chunks [36 w, 36 w + 36)) into kc, same
-// layout; then visible to the warpgroup's wgmma.
+// K codes of the raw tile (warpgroup w's features: chunks [32 w, +32) and [64 + 4 w, +4)) into
+// kc, same layout; then visible to the warpgroup's wgmma.
 template <bool kF16, int kK>
 __device__ __forceinline__ void quantize_k(const MmaDecodeParams &p, const unsigned char *raw,
                                            unsigned char *kc, int w, int wt) {
     if constexpr (kK == kFp8) {
         const float rk = __frcp_rn(p.k_scale);
         for (int i = wt; i < kTile * 36; i += kWg) {
-            const int r = i / 36, c = 36 * w + i % 36;
+            const int r = i / 36, c = i % 36 < 32 ? 32 * w + i % 36 : 64 + 4 * w + i % 36 - 32;
             const unsigned off = toff(r, c);
             *reinterpret_cast<uint4 *>(kc + off) =
                 mmadec::fp8_codes8<kF16>(*reinterpret_cast<const uint4 *>(raw + off), p.k_scale, rk);
@@ -191,7 +205,7 @@ __device__ __forceinline__ void quantize_k(const MmaDecodeParams &p, const unsig
     } else if constexpr (kK == kNvfp4) {
         const float k6 = __fmul_rn(6.f, p.k_scale), rk6 = __frcp_rn(k6);
         for (int i = wt; i < kTile * 18; i += kWg) {
-            const int r = i / 18, j = 18 * w + i % 18;
+            const int r = i / 18, j = kstep_of(w, i % 18);   // the block of 16 features
             const unsigned o0 = toff(r, 2 * j), o1 = toff(r, 2 * j + 1);
             const uint4 a = *reinterpret_cast<const uint4 *>(raw + o0);
             const uint4 c = *reinterpret_cast<const uint4 *>(raw + o1);
@@ -274,18 +288,20 @@ __device__ __forceinline__ void prepare_v(const MmaDecodeParams &p, unsigned cha
 }
 
 // Everything after the setup of a CTA's chunk: tiles [t_begin, t_begin + n) of request b for
-// heads h0.. (the first tiles loading, Q in shared memory; need_lo: add the residual products of
-// an fp32 q). The partial S of tile i + 1 is issued before tile i's softmax and stored to sS[(i + 1)
-// & 1] once waited for, so that no accumulator is touched while its product is in flight and no
-// S accumulator lives across iterations; every product is issued and waited for outside any
-// branch (after the last tile on whatever the next stage holds, unused).
+// heads h0.. (the first tiles loading, Q features 0-511 in shared memory, q8 its RoPE part of
+// this warpgroup; need_lo: add the residual products of an fp32 q). The partial S of tile i + 1
+// is issued before tile i's softmax and stored to sS once waited for, so that no accumulator is
+// touched while its product is in flight and no S accumulator lives across iterations; every
+// product is issued and waited for outside any branch (after the last tile on whatever the next
+// stage holds, unused). K quantized: the K codes of tile i + 2 are made at the end of step i
+// (under its P V), once the partial S of tile i + 1 has read the code tile.
 template <bool kF16, int kK, int kV, int kP>
 __device__ __forceinline__ void run_chunk(const MmaDecodeParams &p, const TmaDesc &tk,
-                                          unsigned char *smem, int s, int t_begin, int n, int tps,
-                                          int b, int h0, int chunk,
+                                          unsigned char *smem, const unsigned (&q8)[2][4], int s,
+                                          int t_begin, int n, int tps, int b, int h0, int chunk,
                                           bool need_lo) {
-    constexpr int kStages = kK == kNone ? 3 : 2;
-    constexpr int kKcOff = kStageOff + 2 * kTileB;   // K quantized: the third stage holds Kc
+    constexpr int kStages = kK == kNone ? 4 : 3;
+    constexpr int kKcOff = kStageOff + 3 * kTileB;   // K quantized: the fourth stage holds Kc
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wi = warp & 3, w = warp >> 2;
     const int wt = tid & (kWg - 1);
     const unsigned base = flashmla::smem_addr(smem);
@@ -301,25 +317,33 @@ __device__ __forceinline__ void run_chunk(const MmaDecodeParams &p, const TmaDes
     const float p6 = __fmul_rn(6.f, p.p_scale), rp6 = __frcp_rn(p6);
     float4 *sS = reinterpret_cast<float4 *>(smem + kSOff);
 
-    // The partial S of tile i + 1 (K quantized: its codes first), issued; with need_lo its
-    // residual product (synchronous) into slo.
+    // K quantized: tile t's K codes into the code tile (t < n; its raw stage landed first).
+    auto codes = [&](int t) {
+        if constexpr (kK != kNone) {
+            if (t < n) {
+                mbarrier_wait_parity(bar0 + (t % kStages) * 8, (t / kStages) & 1);
+                quantize_k<kF16, kK>(p, smem + kStageOff + (t % kStages) * kTileB, smem + kKcOff,
+                                     w, wt);
+            }
+        }
+    };
+    // The partial S of tile i + 1, issued; with need_lo its residual product (synchronous) into
+    // slo.
     auto issue_next = [&](float (&sn)[4][4], float (&slo)[4][4], int i) {
         const int sn1 = (i + 1) % kStages;
-        if (i + 1 < n) mbarrier_wait_parity(bar0 + sn1 * 8, ((i + 1) / kStages) & 1);
+        if (kK == kNone && i + 1 < n) mbarrier_wait_parity(bar0 + sn1 * 8, ((i + 1) / kStages) & 1);
         const unsigned kb = kK != kNone ? base + kKcOff : base + kStageOff + sn1 * kTileB;
-        if constexpr (kK != kNone) {
-            if (i + 1 < n)
-                quantize_k<kF16, kK>(p, smem + kStageOff + sn1 * kTileB, smem + kKcOff, w, wt);
-        }
-        issue_qk<kF16>(sn, q_a, kb, w);
+        issue_qk<kF16>(sn, q8, q_a, kb, w);
         if (need_lo) qk_residual<kF16>(slo, p, kb, w, b, h0, lane, wi);
     };
     // ... waited for (with everything else in flight) and stored as warpgroup w's partial of tile
-    // i + 1.
-    auto store_next = [&](float (&sn)[4][4], const float (&slo)[4][4], int i) {
+    // i + 1, once both warpgroups have read the partials of tile i (Y).
+    auto store_next = [&](float (&sn)[4][4], const float (&slo)[4][4]) {
         wgmma_wait_group<0>();
         flashmla::sm90::reg_fence(sn);
-        float4 *mine = sS + (((i + 1) & 1) * 2 + w) * 4 * kWg;
+        flashmla::sm90::reg_fence(o);
+        named_barrier_sync(kBarY, kThreads);
+        float4 *mine = sS + w * 4 * kWg;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             float4 v = make_float4(sn[j][0], sn[j][1], sn[j][2], sn[j][3]);
@@ -329,14 +353,16 @@ __device__ __forceinline__ void run_chunk(const MmaDecodeParams &p, const TmaDes
     };
 
     float sn[4][4], slo[4][4];
+    codes(0);
     issue_next(sn, slo, -1);
-    store_next(sn, slo, -1);
+    store_next(sn, slo);
+    codes(1);
     for (int i = 0; i < n; i++) {
         const int tile = t_begin + i, st = i % kStages;
         wgmma_wait_group<0>();
         flashmla::sm90::reg_fence(o);
-        if constexpr (kK == kNone) issue_next(sn, slo, i);   // under this tile's softmax
-        // Both partials of tile i are in sS[i & 1]; tile i - 1's stage is free in both warpgroups.
+        issue_next(sn, slo, i);   // under this tile's softmax
+        // Both partials of tile i are in sS; tile i - 1's stage is free in both warpgroups.
         named_barrier_sync(kBarX, kThreads);
         if (warp == 0 && i >= 1 && i - 1 + kStages < n) {
             const int sf = (i - 1) % kStages;
@@ -344,7 +370,7 @@ __device__ __forceinline__ void run_chunk(const MmaDecodeParams &p, const TmaDes
                       bar0 + sf * 8, lane);
         }
         float x[4][4];
-        const float4 *s0 = sS + ((i & 1) * 2) * 4 * kWg, *s1 = s0 + 4 * kWg;
+        const float4 *s0 = sS, *s1 = sS + 4 * kWg;
 #pragma unroll
         for (int j = 0; j < 4; j++) {   // the same sum in both warpgroups
             const float4 y0 = s0[j * kWg + wt], y1 = s1[j * kWg + wt];
@@ -434,7 +460,7 @@ __device__ __forceinline__ void run_chunk(const MmaDecodeParams &p, const TmaDes
 
         // V: the tail's rows past s zeroed, V quantized (own columns), then O += P V.
         prepare_v<kF16, kV>(p, smem + kStageOff + st * kTileB, s - tile * kTile, w, wt);
-        if constexpr (kK == kNone) store_next(sn, slo, i);
+        store_next(sn, slo);
         flashmla::sm90::scale_o(o, f);
         flashmla::sm90::reg_fence(o);
         wgmma_fence();
@@ -443,10 +469,7 @@ __device__ __forceinline__ void run_chunk(const MmaDecodeParams &p, const TmaDes
         for (int kk = 0; kk < 2; kk++)
             wgmma_m64n256k16_rs<kF16, 1>(o, pa[kk], wgmma_desc_sw128(vb + kk * 16 * 128, kTPiece, 1024), 1);
         wgmma_commit_group();
-        if constexpr (kK != kNone) {   // under this tile's P V
-            issue_next(sn, slo, i);
-            store_next(sn, slo, i);
-        }
+        codes(i + 2);   // under this tile's P V
     }
     wgmma_wait_group<0>();
     flashmla::sm90::reg_fence(o);
@@ -479,7 +502,7 @@ template <bool kF16, int kK, int kV, int kP>
 __global__ void __launch_bounds__(sm90dec::kThreads, 1) decode_sm90_kernel(
     const __grid_constant__ mmadec::MmaDecodeParams p, const __grid_constant__ sm90dec::TmaDesc tk) {
     using namespace sm90dec;
-    constexpr int kStages = kK == kNone ? 3 : 2;
+    constexpr int kStages = kK == kNone ? 4 : 3;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char *smem = smem_raw + ((1024u - (flashmla::smem_addr(smem_raw) & 1023u)) & 1023u);
     const unsigned base = flashmla::smem_addr(smem);
@@ -505,16 +528,31 @@ __global__ void __launch_bounds__(sm90dec::kThreads, 1) decode_sm90_kernel(
             load_tile(p, tk, p.block_table + (long long)b * p.bt_stride, s, t_begin + i,
                       base + kStageOff + i * kTileB, base + kBarOff + i * 8, tid & 31);
 
-    // Q rows of heads h0.. (16-bit; fp32 q rounded, with the vote on exactness), swizzled.
+    // Q rows of heads h0.. (16-bit; fp32 q rounded, with the vote on exactness): features 0-511
+    // swizzled in shared memory, the RoPE features of warpgroup w's two k16 steps (kstep_of) as
+    // A fragments in registers.
     bool inexact = false;
-    for (int i = tid; i < kHeads * (kD / 8); i += kThreads) {
-        const int r = i / (kD / 8), c = i - r * (kD / 8);
+    for (int i = tid; i < kHeads * (kRank / 8); i += kThreads) {
+        const int r = i / (kRank / 8), c = i - r * (kRank / 8);
         *reinterpret_cast<uint4 *>(smem + kQOff + flashmla::sm90::tile_off(r, c)) =
             mmadec::q_chunk<kF16>(p, b, h0 + r, c, inexact);
     }
+    unsigned q8[2][4];
+    {
+        const int w = tid >> 7, wi = (tid >> 5) & 3, lane = tid & 31;
+        const int ra = wi * 16 + (lane >> 2), fb = (lane & 3) * 2;
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const int f = kstep_of(w, 16 + j) * 16 + fb;
+            q8[j][0] = mmadec::q_pair<kF16>(p, b, h0 + ra, f, inexact);
+            q8[j][1] = mmadec::q_pair<kF16>(p, b, h0 + ra + 8, f, inexact);
+            q8[j][2] = mmadec::q_pair<kF16>(p, b, h0 + ra, f + 8, inexact);
+            q8[j][3] = mmadec::q_pair<kF16>(p, b, h0 + ra + 8, f + 8, inexact);
+        }
+    }
     fence_proxy_async_shared();
     const bool need_lo = __syncthreads_or(inexact) != 0;
-    run_chunk<kF16, kK, kV, kP>(p, tk, smem, s, t_begin, n, tps, b, h0, chunk, need_lo);
+    run_chunk<kF16, kK, kV, kP>(p, tk, smem, q8, s, t_begin, n, tps, b, h0, chunk, need_lo);
 }
 
 }  // namespace fakequant
