@@ -110,27 +110,38 @@ __device__ __forceinline__ void chunk_of(int s, int splits, int c, int &tps, int
     }
 }
 
-// Warp 0 (all lanes): the TMA of tile `tile` (absolute index) into the stage at smem address
-// dst, completing on bar. Lane i < 32 / R loads rows [i R, i R + R) of the 9 pieces (boxes past s
-// or the block table read zeros: block -1); lane 0 posts the 36864 bytes first.
-__device__ __forceinline__ void load_tile(const MmaDecodeParams &p, const TmaDesc &tk,
-                                          const int *bt_row, int s, int tile, unsigned dst,
-                                          unsigned bar, int lane) {
+// The box lane `lane` of warp 0 loads for tile `tile` (absolute index): lane i < 32 / R takes rows
+// [i R, i R + R) of the tile, from block blk (-1: past s or the block table, read as zeros) at row
+// `row` of its page. The block-table read is issued here and used only by issue_tile, so that a
+// box fetched a tile ahead hides its latency.
+struct BoxRef {
+    int blk, row;
+};
+__device__ __forceinline__ BoxRef box_of(const MmaDecodeParams &p, const int *bt_row, int s,
+                                         int tile, int lane) {
+    const int rows = min(p.page_size & -p.page_size, kTile);
+    const int t = tile * kTile + lane * rows;
+    BoxRef r = {-1, 0};
+    if (lane < kTile / rows && t < s) {
+        const int page = t / p.page_size;
+        r.row = t - page * p.page_size;
+        if (page < p.max_blocks) r.blk = bt_row[page];
+    }
+    return r;
+}
+
+// Warp 0 (all lanes): the TMA of a tile (the lanes' boxes, box_of) into the stage at smem
+// address dst, completing on bar; lane 0 posts the 36864 bytes first.
+__device__ __forceinline__ void issue_tile(const MmaDecodeParams &p, const TmaDesc &tk, BoxRef r,
+                                           unsigned dst, unsigned bar, int lane) {
     const int rows = min(p.page_size & -p.page_size, kTile);
     if (lane == 0) mbarrier_arrive_expect_tx(bar, kTileB);
     __syncwarp();
     if (lane < kTile / rows) {
-        const int t = tile * kTile + lane * rows;
-        int blk = -1, row = 0;
-        if (t < s) {
-            const int page = t / p.page_size;
-            row = t - page * p.page_size;
-            if (page < p.max_blocks) blk = bt_row[page];
-        }
         const unsigned long long policy = flashmla::l2_policy_evict_first();
 #pragma unroll
         for (int pc = 0; pc < kD / 64; pc++)
-            tma_load_4d(dst + pc * kTPiece + lane * rows * 128, &tk, bar, pc * 64, 0, row, blk,
+            tma_load_4d(dst + pc * kTPiece + lane * rows * 128, &tk, bar, pc * 64, 0, r.row, r.blk,
                         policy);
     }
 }
@@ -352,6 +363,8 @@ __device__ __forceinline__ void run_chunk(const MmaDecodeParams &p, const TmaDes
         }
     };
 
+    BoxRef nbox = {-1, 0};   // warp 0: the boxes of the next tile to load (t_begin + kStages)
+    if (warp == 0) nbox = box_of(p, bt_row, s, t_begin + kStages, lane);
     float sn[4][4], slo[4][4];
     codes(0);
     issue_next(sn, slo, -1);
@@ -366,8 +379,8 @@ __device__ __forceinline__ void run_chunk(const MmaDecodeParams &p, const TmaDes
         named_barrier_sync(kBarX, kThreads);
         if (warp == 0 && i >= 1 && i - 1 + kStages < n) {
             const int sf = (i - 1) % kStages;
-            load_tile(p, tk, bt_row, s, tile - 1 + kStages, base + kStageOff + sf * kTileB,
-                      bar0 + sf * 8, lane);
+            issue_tile(p, tk, nbox, base + kStageOff + sf * kTileB, bar0 + sf * 8, lane);
+            nbox = box_of(p, bt_row, s, tile + kStages, lane);   // the next one, a tile ahead
         }
         float x[4][4];
         const float4 *s0 = sS, *s1 = sS + 4 * kWg;
@@ -525,8 +538,9 @@ __global__ void __launch_bounds__(sm90dec::kThreads, 1) decode_sm90_kernel(
     __syncthreads();
     if ((tid >> 5) == 0)
         for (int i = 0; i < kStages && i < n; i++)
-            load_tile(p, tk, p.block_table + (long long)b * p.bt_stride, s, t_begin + i,
-                      base + kStageOff + i * kTileB, base + kBarOff + i * 8, tid & 31);
+            issue_tile(p, tk, box_of(p, p.block_table + (long long)b * p.bt_stride, s, t_begin + i,
+                                     tid & 31),
+                       base + kStageOff + i * kTileB, base + kBarOff + i * 8, tid & 31);
 
     // Q rows of heads h0.. (16-bit; fp32 q rounded, with the vote on exactness): features 0-511
     // swizzled in shared memory, the RoPE features of warpgroup w's two k16 steps (kstep_of) as
