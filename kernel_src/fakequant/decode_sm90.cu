@@ -110,6 +110,26 @@ __device__ __forceinline__ void chunk_of(int s, int splits, int c, int &tps, int
     }
 }
 
+// mmadec::q_chunk by 16-byte loads (q and its strides 16-byte aligned).
+template <bool kF16>
+__device__ __forceinline__ uint4 q_chunk16(const MmaDecodeParams &p, int b, int h, int c,
+                                           bool &inexact) {
+    if (h >= p.heads) return make_uint4(0u, 0u, 0u, 0u);
+    const long long off = (long long)b * p.q_stride_b + (long long)h * p.q_stride_h + c * 8;
+    if (!p.q_fp32)
+        return *reinterpret_cast<const uint4 *>(static_cast<const unsigned short *>(p.q) + off);
+    const float4 *qf = reinterpret_cast<const float4 *>(static_cast<const float *>(p.q) + off);
+    const float4 lo = qf[0], hi = qf[1];
+    const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    unsigned w[4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        w[e] = mmadec::pack2<kF16>(v[2 * e], v[2 * e + 1]);
+        inexact |= mmadec::h2f<kF16>(w[e]) != v[2 * e] || mmadec::h2f<kF16>(w[e] >> 16) != v[2 * e + 1];
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 // The box lane `lane` of warp 0 loads for tile `tile` (absolute index): lane i < 32 / R takes rows
 // [i R, i R + R) of the tile, from block blk (-1: past s or the block table, read as zeros) at row
 // `row` of its page. The block-table read is issued here and used only by issue_tile, so that a
@@ -390,17 +410,26 @@ __device__ __forceinline__ void run_chunk(const MmaDecodeParams &p, const TmaDes
             x[j][0] = y0.x + y1.x, x[j][1] = y0.y + y1.y, x[j][2] = y0.z + y1.z, x[j][3] = y0.w + y1.w;
         }
 
-        // Scores (log2 domain), -inf past s; the row maxima over the quad.
-        const int t0 = tile * kTile + (lane & 3) * 2;
+        // Scores (log2 domain), -inf past s (the tail tile only); the row maxima over the quad.
         float mx[2] = {neg_inf(), neg_inf()};
+        if (tile * kTile + kTile <= s) {
 #pragma unroll
-        for (int j = 0; j < 4; j++)
+            for (int j = 0; j < 4; j++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const float v = t0 + 8 * j + (e & 1) < s ? __fmul_rn(x[j][e], p.qk_eff) : neg_inf();
-                x[j][e] = v;
-                mx[e >> 1] = fmaxf(mx[e >> 1], v);
-            }
+                for (int e = 0; e < 4; e++) {
+                    x[j][e] = __fmul_rn(x[j][e], p.qk_eff);
+                    mx[e >> 1] = fmaxf(mx[e >> 1], x[j][e]);
+                }
+        } else {
+            const int t0 = tile * kTile + (lane & 3) * 2;
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    x[j][e] = t0 + 8 * j + (e & 1) < s ? __fmul_rn(x[j][e], p.qk_eff) : neg_inf();
+                    mx[e >> 1] = fmaxf(mx[e >> 1], x[j][e]);
+                }
+        }
         mx[0] = quad_max(mx[0]), mx[1] = quad_max(mx[1]);
         // Split bookkeeping (decode_mma.cu's): mu the split's running max, E the exponent O and
         // L are kept in, M the row's max so far; p unquantized into L.
@@ -423,12 +452,14 @@ __device__ __forceinline__ void run_chunk(const MmaDecodeParams &p, const TmaDes
                     L[h] *= f[h];
                 }
             }
+            // p = 2^(x - mn), 0 for x = -inf and for every key of an unused tile (x - inf); the
+            // flush of subnormal p to 0 changes no quantization code and no sum beyond 2^-126.
+            const float mu_e = use ? mn : __int_as_float(0x7f800000);
 #pragma unroll
             for (int j = 0; j < 4; j++)
 #pragma unroll
                 for (int e = 2 * h; e < 2 * h + 2; e++) {
-                    const float xv = x[j][e];
-                    const float pj = use && xv != neg_inf() ? exp2f(xv - mn) : 0.f;
+                    const float pj = flashmla::ex2(x[j][e] - mu_e);
                     L[h] += pj;
                     x[j][e] = pj;
                 }
@@ -546,10 +577,21 @@ __global__ void __launch_bounds__(sm90dec::kThreads, 1) decode_sm90_kernel(
     // swizzled in shared memory, the RoPE features of warpgroup w's two k16 steps (kstep_of) as
     // A fragments in registers.
     bool inexact = false;
-    for (int i = tid; i < kHeads * (kRank / 8); i += kThreads) {
-        const int r = i / (kRank / 8), c = i - r * (kRank / 8);
-        *reinterpret_cast<uint4 *>(smem + kQOff + flashmla::sm90::tile_off(r, c)) =
-            mmadec::q_chunk<kF16>(p, b, h0 + r, c, inexact);
+    const int qa = p.q_fp32 ? 4 : 8;   // elements of 16 bytes
+    if ((reinterpret_cast<unsigned long long>(p.q) & 15) == 0 && p.q_stride_b % qa == 0 &&
+        p.q_stride_h % qa == 0) {
+#pragma unroll 4
+        for (int i = tid; i < kHeads * (kRank / 8); i += kThreads) {
+            const int r = i / (kRank / 8), c = i - r * (kRank / 8);
+            *reinterpret_cast<uint4 *>(smem + kQOff + flashmla::sm90::tile_off(r, c)) =
+                q_chunk16<kF16>(p, b, h0 + r, c, inexact);
+        }
+    } else {
+        for (int i = tid; i < kHeads * (kRank / 8); i += kThreads) {
+            const int r = i / (kRank / 8), c = i - r * (kRank / 8);
+            *reinterpret_cast<uint4 *>(smem + kQOff + flashmla::sm90::tile_off(r, c)) =
+                mmadec::q_chunk<kF16>(p, b, h0 + r, c, inexact);
+        }
     }
     unsigned q8[2][4];
     {
