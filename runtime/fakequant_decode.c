@@ -261,10 +261,12 @@ static mla_status launch_decode_mma(mla_runtime *rt, const mla_attention_decode_
 
 /* The sm_90a decode applies where the tensor-core one does (use_mma), on a runtime that compiles
  * for its arch (sm_90a), not forced to decode_mma.cu ($MLAJIT_FAKEQUANT_DECODE=mma), and for page
- * sizes that are multiples of 8 (its TMA boxes of >= 8 rows start on 1024-byte swizzle atoms). */
-static int use_sm90(const mla_runtime *rt, const dims *d) {
+ * sizes that are multiples of 8 (its TMA boxes of >= 8 rows start on 1024-byte swizzle atoms); it
+ * runs for the modes of mla__fq_sm90_default, or every mode with $MLAJIT_FAKEQUANT_DECODE=sm90. */
+static int use_sm90(const mla_runtime *rt, const mla_attention_decode_args *a, const dims *d) {
     const mla__kernel_kind *k = mla__kernel_kind_find("fakequant_decode_sm90");
-    return !rt->fakequant_decode_mma && k && !strcmp(rt->arch, k->only_arch) && d->page % 8 == 0;
+    return !rt->fakequant_decode_mma && k && !strcmp(rt->arch, k->only_arch) && d->page % 8 == 0 &&
+           (rt->fakequant_decode_sm90 || mla__fq_sm90_default(a->k_qdq, a->v_qdq, a->p_qdq));
 }
 
 /* Workspace slots of the sm_90a decode: decode_mma.cu's with P quantized; without, its chunks of
@@ -380,7 +382,7 @@ mla_status mla_attention_decode(mla_runtime *runtime, const mla_attention_decode
     if (use_mma(runtime, args, &d)) {
         CUtensorMap map;
         memset(&map, 0, sizeof map);
-        if (use_sm90(runtime, &d) && encode_cache_tma(runtime, args, &d, &map)) {
+        if (use_sm90(runtime, args, &d) && encode_cache_tma(runtime, args, &d, &map)) {
             int slots = sm90_slots(args, &d);
             MLA_FORWARD_IF_ERROR(launch_decode_sm90(runtime, args, &d, slots, &map, stream));
             return launch_combine(runtime, args, &d, slots, stream);

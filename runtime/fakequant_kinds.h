@@ -83,6 +83,12 @@ static inline int mla__fq_mma_cluster(long long k_qdq, long long v_qdq) {
  * descriptor; 64 heads per CTA, page_size % 8 == 0; without P quantization one slot per chunk of
  * G "virtual splits" of MLA__FQ_SM90_VIRTUAL_TILES tiles, G = ceil(ceil(tiles / 64) / splits). */
 #define MLA__FQ_DECODE_SM90_SMEM 230432   /* decode_sm90.cu kSmemBytes */
+/* The modes (K, V, P) the sm_90a decode runs by default where it applies (else decode_mma.cu,
+ * unless $MLAJIT_FAKEQUANT_DECODE=sm90): those where it measured faster on the H200
+ * (docs/perf-notes.md, "Fake-quant decode on wgmma"). */
+static inline int mla__fq_sm90_default(int k_qdq, int v_qdq, int p_qdq) {
+    return k_qdq != 2 && v_qdq != 2 && p_qdq != 2 && (k_qdq == 0 || v_qdq == 0);
+}
 #define MLA__FQ_SM90_VIRTUAL_TILES 64     /* decode_sm90.cu kVirtualTiles */
 #define MLA__FQ_SM90_MAX_BOX_ROWS 32      /* decode_sm90.cu load_tile: rows of a TMA box */
 
