@@ -71,11 +71,12 @@ constexpr int kStageOff = kHeads * kRank * 2;   // 65536
 constexpr int kSOff = kStageOff + 4 * kTileB;   // 212992
 constexpr int kSBytes = 2 * 16 * kWg * 4;       // 16384
 constexpr int kBarOff = kSOff + kSBytes;        // 229376
-constexpr int kSmemUsed = kBarOff + 4 * 8;
-constexpr int kSmemBytes = kSmemUsed + 1024;    // 230432
+constexpr int kMxOff = kBarOff + 4 * 8;         // row maxima / sums of both warpgroups [2][64]
+constexpr int kSmemUsed = kMxOff + 2 * kHeads * 4;
+constexpr int kSmemBytes = kSmemUsed + 1024;    // 230944
 constexpr int kKSteps = kD / 16 / 2;            // 18 k16 steps per warpgroup
 constexpr int kVirtualTiles = 64;               // p none: the running max restarts every 64 tiles
-static_assert(kSmemBytes == 230432, "runtime/fakequant_kinds.h MLA__FQ_DECODE_SM90_SMEM");
+static_assert(kSmemBytes == 230944, "runtime/fakequant_kinds.h MLA__FQ_DECODE_SM90_SMEM");
 static_assert(kSmemBytes <= 232448, "fits the sm_90 shared memory of one CTA");
 static_assert(kStageOff % 1024 == 0 && kTileB % 1024 == 0, "swizzle atoms 1024-aligned");
 
@@ -190,11 +191,36 @@ __device__ __forceinline__ void issue_qk(float (&s)[4][4], const unsigned (&q8)[
     wgmma_commit_group();
 }
 
+// S = Q K^T over all 576 features (tile alternation): 32 k16 steps with Q from shared memory, the
+// 4 RoPE ones with Q from registers (q8); issued and committed, not waited on.
+template <bool kF16>
+__device__ __forceinline__ void issue_qk_full(float (&s)[4][4], const unsigned (&q8)[4][4],
+                                              unsigned q, unsigned kbuf) {
+    const unsigned long long qd0 = wgmma_desc_sw128(q, 16, 1024);
+    const unsigned long long kd0 = wgmma_desc_sw128(kbuf, 16, 1024);
+    wgmma_fence();
+#pragma unroll
+    for (int pc = 0; pc < 8; pc++) {
+        unsigned long long qd = qd0, kd = kd0;
+        flashmla::sm90::opaque(qd), flashmla::sm90::opaque(kd);
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            wgmma_m64n32k16_ss<kF16, 0>(s, qd + ((pc * kQPiece + k * 32) >> 4),
+                                        kd + ((pc * kTPiece + k * 32) >> 4), pc + k > 0);
+    }
+    unsigned long long kd = kd0;
+    flashmla::sm90::opaque(kd);
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        wgmma_m64n32k16_rs<kF16, 0>(s, q8[k], kd + ((8 * kTPiece + k * 32) >> 4), 1);
+    wgmma_commit_group();
+}
+
 // The residual product of an fp32 q that is not exact in 16 bits (not the NVFP4 carrier):
 // d = (q - fl16(q)) K^T over warpgroup w's features, the residuals read from global memory, by
 // mma.sync m16n8k16 (its C fragment of warp wi is the wgmma accumulator layout of the warp's 16
 // rows) with K fragments by ldmatrix from the swizzled tile at kbuf. Slow, outside the recipe.
-template <bool kF16>
+template <bool kF16, bool kAll = false>   // kAll: all 36 k16 steps (else warpgroup w's 18)
 __device__ __forceinline__ void qk_residual(float (&d)[4][4], const MmaDecodeParams &p,
                                             unsigned kbuf, int w, int b, int h0, int lane, int wi) {
 #pragma unroll
@@ -205,8 +231,8 @@ __device__ __forceinline__ void qk_residual(float (&d)[4][4], const MmaDecodePar
     const float *qb = qf + (long long)(hb < p.heads ? hb : 0) * p.q_stride_h;
     const float za = ha < p.heads ? 1.f : 0.f, zb = hb < p.heads ? 1.f : 0.f;
 #pragma unroll 1
-    for (int j = 0; j < kKSteps; j++) {
-        const int ks = kstep_of(w, j);
+    for (int j = 0; j < (kAll ? 2 * kKSteps : kKSteps); j++) {
+        const int ks = kAll ? j : kstep_of(w, j);
         unsigned a[4];
         mmadec::q_lo_frag<kF16>(qa, qb, za, zb, ks * 16 + f0, a);
 #pragma unroll
@@ -227,7 +253,9 @@ __device__ __forceinline__ void quantize_k(const MmaDecodeParams &p, const unsig
                                            unsigned char *kc, int w, int wt) {
     if constexpr (kK == kFp8) {
         const float rk = __frcp_rn(p.k_scale);
-        for (int i = wt; i < kTile * 36; i += kWg) {
+#pragma unroll
+        for (int it = 0; it < kTile * 36 / kWg; it++) {   // 9 chunks per thread, independent
+            const int i = wt + it * kWg;
             const int r = i / 36, c = i % 36 < 32 ? 32 * w + i % 36 : 64 + 4 * w + i % 36 - 32;
             const unsigned off = toff(r, c);
             *reinterpret_cast<uint4 *>(kc + off) =
@@ -281,8 +309,9 @@ __device__ __forceinline__ void prepare_v(const MmaDecodeParams &p, unsigned cha
     if constexpr (kV != kNone) named_barrier_sync(kBarWg + w, kWg);   // zeros before the reads
     if constexpr (kV == kFp8) {
         const float rv = __frcp_rn(p.v_scale);
-#pragma unroll 4
-        for (int i = wt; i < kTile * 32; i += kWg) {
+#pragma unroll
+        for (int it = 0; it < kTile * 32 / kWg; it++) {   // 8 chunks per thread, independent
+            const int i = wt + it * kWg;
             const int r = i / 32, c = 32 * w + i % 32;
             const unsigned off = toff(r, c);
             *reinterpret_cast<uint4 *>(raw + off) =
@@ -318,6 +347,114 @@ __device__ __forceinline__ void prepare_v(const MmaDecodeParams &p, unsigned cha
     named_barrier_sync(kBarWg + w, kWg);
 }
 
+// A row's split bookkeeping (decode_mma.cu's), for the thread's two rows: mu the split's running
+// max, E the exponent O and L are kept in, M the row's max so far.
+struct RowSplit {
+    float mu[2], E[2], M[2];
+};
+
+// One tile of row maxima mx (-inf: no key): the state moves on; f (the factor O and L take before
+// the tile is added) and mu_e (the exponent the tile's p are taken against, +inf when the tile is
+// not added: no key, or more than kSkip below the row's max) come back.
+__device__ __forceinline__ void split_step(RowSplit &st, const float (&mx)[2], bool split_start,
+                                           float (&f)[2], float (&mu_e)[2]) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        f[h] = 1.f;
+        if (split_start) st.mu[h] = neg_inf();
+        const float mn = fmaxf(st.mu[h], mx[h]);
+        st.mu[h] = mn;
+        bool use = mn != neg_inf();
+        if (use) {
+            if (st.E[h] == neg_inf()) {
+                st.E[h] = st.M[h] = mn;
+            } else if (fmaxf(st.M[h], mn) - mn > mmadec::kSkip) {
+                use = false;
+            } else {
+                f[h] = exp2f(st.E[h] - mn);
+                st.E[h] = mn, st.M[h] = fmaxf(st.M[h], mn);
+            }
+        }
+        mu_e[h] = use ? mn : __int_as_float(0x7f800000);
+    }
+}
+
+// p = 2^(x - mu_e) in place (0 for x = -inf and for every key of a tile not added: x - inf; the
+// flush of subnormal p to 0 changes no quantization code and no sum beyond 2^-126), the
+// unquantized row sums added to l.
+__device__ __forceinline__ void exp_tile(float (&x)[4][4], const float (&mu_e)[2], float (&l)[2]) {
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            x[j][e] = flashmla::ex2(x[j][e] - mu_e[e >> 1]);
+            l[e >> 1] += x[j][e];
+        }
+}
+
+// P codes (after the row sum) of the tile's p as the A fragments of the two k16 steps of P V:
+// pa[kk] holds keys [16 kk, +16) (8-key blocks 2 kk and 2 kk + 1), rows r and r + 8.
+template <bool kF16, int kP>
+__device__ __forceinline__ void p_codes(float (&x)[4][4], const MmaDecodeParams &p, float rp,
+                                        float p6, float rp6, unsigned (&pa)[2][4]) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        Nvfp4Scale bs[2] = {{0.f, 0.f, 0.f}, {0.f, 0.f, 0.f}};
+        if constexpr (kP == kNvfp4) {   // blocks of 16 keys: 8-key blocks {0, 1} and {2, 3}
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int e = 2 * h; e < 2 * h + 2; e++)
+                    x[j][e] = mmadec::h2f<kF16>(mmadec::f2h<kF16>(x[j][e]));
+#pragma unroll
+            for (int kk = 0; kk < 2; kk++) {
+                float bam = fmaxf(fmaxf(x[2 * kk][2 * h], x[2 * kk][2 * h + 1]),
+                                  fmaxf(x[2 * kk + 1][2 * h], x[2 * kk + 1][2 * h + 1]));
+                bam = quad_max(bam);
+                bs[kk] = nvfp4_scale(bam, p.p_scale, p6, rp6);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float x0 = x[j][2 * h], x1 = x[j][2 * h + 1];
+            unsigned u;
+            if constexpr (kP == kFp8) {
+                u = mmadec::fp8_code2<kF16>(x0, x1, p.p_scale, rp);
+            } else if constexpr (kP == kNvfp4) {
+                const Nvfp4Scale &q = bs[j >> 1];
+                u = nvfp4_fast(q) ? mmadec::pack2<kF16>(nvfp4_code_fast(x0, q), nvfp4_code_fast(x1, q))
+                                  : mmadec::pack2<kF16>(nvfp4_code(x0, q), nvfp4_code(x1, q));
+            } else {
+                u = mmadec::pack2<kF16>(x0, x1);
+            }
+            pa[j >> 1][(j & 1) * 2 + h] = u;
+        }
+    }
+}
+
+// The chunk's partial (E, l, O pv_eff) of warpgroup w's O columns to the workspace (E, l: the
+// thread's two rows, the same in both warpgroups; warpgroup 0 stores them).
+__device__ __forceinline__ void store_partial(const MmaDecodeParams &p, const float (&o)[32][4],
+                                              const float (&E)[2], const float (&l)[2], int b,
+                                              int h0, int chunk, int w, int wi, int lane) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = wi * 16 + (lane >> 2) + 8 * h, head = h0 + r;
+        if (head >= p.heads) continue;
+        const long long row = ((long long)b * p.heads + head) * p.slots + chunk;
+        float *acc = p.ws_acc + row * kRank + w * 256 + (lane & 3) * 2;
+#pragma unroll
+        for (int j = 0; j < 32; j++)
+            *reinterpret_cast<float2 *>(acc + 8 * j) =
+                make_float2(__fmul_rn(o[j][2 * h], p.pv_eff), __fmul_rn(o[j][2 * h + 1], p.pv_eff));
+        if (w == 0 && (lane & 3) == 0) {
+            const bool any = E[h] != neg_inf() && l[h] > 0.f;
+            p.ws_ml[row * 2] = any ? E[h] : neg_inf();
+            p.ws_ml[row * 2 + 1] = any ? l[h] : 0.f;
+        }
+    }
+}
+
 // Everything after the setup of a CTA's chunk: tiles [t_begin, t_begin + n) of request b for
 // heads h0.. (the first tiles loading, Q features 0-511 in shared memory, q8 its RoPE part of
 // this warpgroup; need_lo: add the residual products of an fp32 q). The partial S of tile i + 1
@@ -342,8 +479,8 @@ __device__ __forceinline__ void run_chunk(const MmaDecodeParams &p, const TmaDes
 #pragma unroll
     for (int j = 0; j < 32; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
     flashmla::sm90::reg_fence(o);
-    float E[2] = {neg_inf(), neg_inf()}, M[2] = {neg_inf(), neg_inf()};
-    float mu[2] = {neg_inf(), neg_inf()}, L[2] = {0.f, 0.f};
+    RowSplit rs = {{neg_inf(), neg_inf()}, {neg_inf(), neg_inf()}, {neg_inf(), neg_inf()}};
+    float L[2] = {0.f, 0.f};
     const float rp = __frcp_rn(p.p_scale);
     const float p6 = __fmul_rn(6.f, p.p_scale), rp6 = __frcp_rn(p6);
     float4 *sS = reinterpret_cast<float4 *>(smem + kSOff);
@@ -431,76 +568,12 @@ __device__ __forceinline__ void run_chunk(const MmaDecodeParams &p, const TmaDes
                 }
         }
         mx[0] = quad_max(mx[0]), mx[1] = quad_max(mx[1]);
-        // Split bookkeeping (decode_mma.cu's): mu the split's running max, E the exponent O and
-        // L are kept in, M the row's max so far; p unquantized into L.
-        const bool split_start = tile % tps == 0;
-        float f[2] = {1.f, 1.f};
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            if (split_start) mu[h] = neg_inf();
-            const float mn = fmaxf(mu[h], mx[h]);
-            mu[h] = mn;
-            bool use = mn != neg_inf();
-            if (use) {
-                if (E[h] == neg_inf()) {
-                    E[h] = M[h] = mn;
-                } else if (fmaxf(M[h], mn) - mn > mmadec::kSkip) {
-                    use = false;
-                } else {
-                    f[h] = exp2f(E[h] - mn);
-                    E[h] = mn, M[h] = fmaxf(M[h], mn);
-                    L[h] *= f[h];
-                }
-            }
-            // p = 2^(x - mn), 0 for x = -inf and for every key of an unused tile (x - inf); the
-            // flush of subnormal p to 0 changes no quantization code and no sum beyond 2^-126.
-            const float mu_e = use ? mn : __int_as_float(0x7f800000);
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-#pragma unroll
-                for (int e = 2 * h; e < 2 * h + 2; e++) {
-                    const float pj = flashmla::ex2(x[j][e] - mu_e);
-                    L[h] += pj;
-                    x[j][e] = pj;
-                }
-        }
-
-        // P codes (after the row sum) as the A fragments of the two k16 steps: pa[kk] holds keys
-        // [16 kk, +16) (8-key blocks 2 kk and 2 kk + 1), rows r and r + 8.
+        float f[2], mu_e[2];
+        split_step(rs, mx, tile % tps == 0, f, mu_e);
+        L[0] *= f[0], L[1] *= f[1];
+        exp_tile(x, mu_e, L);
         unsigned pa[2][4];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            Nvfp4Scale bs[2] = {{0.f, 0.f, 0.f}, {0.f, 0.f, 0.f}};
-            if constexpr (kP == kNvfp4) {   // blocks of 16 keys: 8-key blocks {0, 1} and {2, 3}
-#pragma unroll
-                for (int j = 0; j < 4; j++)
-#pragma unroll
-                    for (int e = 2 * h; e < 2 * h + 2; e++)
-                        x[j][e] = mmadec::h2f<kF16>(mmadec::f2h<kF16>(x[j][e]));
-#pragma unroll
-                for (int kk = 0; kk < 2; kk++) {
-                    float bam = fmaxf(fmaxf(x[2 * kk][2 * h], x[2 * kk][2 * h + 1]),
-                                      fmaxf(x[2 * kk + 1][2 * h], x[2 * kk + 1][2 * h + 1]));
-                    bam = quad_max(bam);
-                    bs[kk] = nvfp4_scale(bam, p.p_scale, p6, rp6);
-                }
-            }
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const float x0 = x[j][2 * h], x1 = x[j][2 * h + 1];
-                unsigned u;
-                if constexpr (kP == kFp8) {
-                    u = mmadec::fp8_code2<kF16>(x0, x1, p.p_scale, rp);
-                } else if constexpr (kP == kNvfp4) {
-                    const Nvfp4Scale &q = bs[j >> 1];
-                    u = nvfp4_fast(q) ? mmadec::pack2<kF16>(nvfp4_code_fast(x0, q), nvfp4_code_fast(x1, q))
-                                      : mmadec::pack2<kF16>(nvfp4_code(x0, q), nvfp4_code(x1, q));
-                } else {
-                    u = mmadec::pack2<kF16>(x0, x1);
-                }
-                pa[j >> 1][(j & 1) * 2 + h] = u;
-            }
-        }
+        p_codes<kF16, kP>(x, p, rp, p6, rp6, pa);
 
         // V: the tail's rows past s zeroed, V quantized (own columns), then O += P V.
         prepare_v<kF16, kV>(p, smem + kStageOff + st * kTileB, s - tile * kTile, w, wt);
@@ -518,25 +591,155 @@ __device__ __forceinline__ void run_chunk(const MmaDecodeParams &p, const TmaDes
     wgmma_wait_group<0>();
     flashmla::sm90::reg_fence(o);
 
-    // The chunk's partial (E, L, O pv_eff): warpgroup w stores its columns; L is the whole row's
-    // in both (the quad's sum).
+    // L is the whole row's in both warpgroups (the quad's sum).
+    const float l[2] = {quad_sum(L[0]), quad_sum(L[1])};
+    store_partial(p, o, rs.E, l, b, h0, chunk, w, wi, lane);
+}
+
+// K not quantized: tile alternation. Pair j holds tiles 2 j (warpgroup 0) and 2 j + 1 (warpgroup
+// 1): each warpgroup computes the full S of its own tile (issue_qk_full; q8 the 4 RoPE k16 steps)
+// and its row maxima go to shared memory (barrier X); both run the split bookkeeping of both
+// tiles (the same in both), each computes p, its row sums and the P codes of its own tile into
+// sP[w] (a 64 x 64 128-byte-swizzled tile, keys 0-31 used) and prepares its V columns of both
+// tiles (barrier Y); then O_w = (O_w f_a + P_a V_a) f_b + P_b V_b with both P from shared memory.
+// Each warpgroup keeps the row sums of its own tiles (scaled by the same factors); they are added
+// at the end. 4 raw stages: pair j + 1 loads under pair j (issued when pair j - 1's stages are
+// free, after X). A pair's second tile past the chunk (n odd) is all masked and its V zeroed.
+template <bool kF16, int kV, int kP>
+__device__ __forceinline__ void run_pairs(const MmaDecodeParams &p, const TmaDesc &tk,
+                                          unsigned char *smem, const unsigned (&q8)[4][4], int s,
+                                          int t_begin, int n, int tps, int b, int h0, int chunk,
+                                          bool need_lo) {
+    constexpr int kStages = 4;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wi = warp & 3, w = warp >> 2;
+    const int wt = tid & (kWg - 1);
+    const unsigned base = flashmla::smem_addr(smem);
+    const unsigned q_a = base + kQOff, bar0 = base + kBarOff, sp = base + kSOff;
+    float *smx = reinterpret_cast<float *>(smem + kMxOff);
+    const int *bt_row = p.block_table + (long long)b * p.bt_stride;
+    const int s_eff = min(s, (t_begin + n) * kTile);   // keys of the chunk's tiles
+    const int r0 = wi * 16 + (lane >> 2);
+    float o[32][4];
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int r = wi * 16 + (lane >> 2) + 8 * h, head = h0 + r;
-        const float l = quad_sum(L[h]);
-        if (head >= p.heads) continue;
-        const long long row = ((long long)b * p.heads + head) * p.slots + chunk;
-        float *acc = p.ws_acc + row * kRank + w * 256 + (lane & 3) * 2;
+    for (int j = 0; j < 32; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+    flashmla::sm90::reg_fence(o);
+    RowSplit rs = {{neg_inf(), neg_inf()}, {neg_inf(), neg_inf()}, {neg_inf(), neg_inf()}};
+    float L[2] = {0.f, 0.f};
+    const float rp = __frcp_rn(p.p_scale);
+    const float p6 = __fmul_rn(6.f, p.p_scale), rp6 = __frcp_rn(p6);
+    BoxRef nb[2] = {{-1, 0}, {-1, 0}};   // warp 0: the boxes of pair 2's tiles, then of the next
+    if (warp == 0)
+        nb[0] = box_of(p, bt_row, s, t_begin + 4, lane), nb[1] = box_of(p, bt_row, s, t_begin + 5, lane);
+
+    for (int j = 0; j < (n + 1) / 2; j++) {
+        const int ti = 2 * j + w, st = ti % kStages, ta = t_begin + 2 * j;
+        const unsigned kb = base + kStageOff + st * kTileB;
+        wgmma_wait_group<0>();   // this warpgroup's P V of the last pair
+        flashmla::sm90::reg_fence(o);
+        if (ti < n) mbarrier_wait_parity(bar0 + st * 8, (ti / kStages) & 1);
+        float x[4][4], slo[4][4];
+        issue_qk_full<kF16>(x, q8, q_a, kb);
+        if (need_lo) qk_residual<kF16, true>(slo, p, kb, w, b, h0, lane, wi);
+        wgmma_wait_group<0>();
+        flashmla::sm90::reg_fence(x);
+        if (need_lo) {
 #pragma unroll
-        for (int j = 0; j < 32; j++)
-            *reinterpret_cast<float2 *>(acc + 8 * j) =
-                make_float2(__fmul_rn(o[j][2 * h], p.pv_eff), __fmul_rn(o[j][2 * h + 1], p.pv_eff));
-        if (w == 0 && (lane & 3) == 0) {
-            const bool any = E[h] != neg_inf() && l > 0.f;
-            p.ws_ml[row * 2] = any ? E[h] : neg_inf();
-            p.ws_ml[row * 2 + 1] = any ? l : 0.f;
+            for (int jj = 0; jj < 4; jj++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) x[jj][e] += slo[jj][e];
+        }
+        // Scores (log2 domain), -inf past the chunk's keys; the row maxima to smx[w].
+        const int tile = ta + w;
+        float mx[2] = {neg_inf(), neg_inf()};
+        if (tile * kTile + kTile <= s_eff) {
+#pragma unroll
+            for (int jj = 0; jj < 4; jj++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    x[jj][e] = __fmul_rn(x[jj][e], p.qk_eff);
+                    mx[e >> 1] = fmaxf(mx[e >> 1], x[jj][e]);
+                }
+        } else {
+            const int t0 = tile * kTile + (lane & 3) * 2;
+#pragma unroll
+            for (int jj = 0; jj < 4; jj++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    x[jj][e] = t0 + 8 * jj + (e & 1) < s_eff ? __fmul_rn(x[jj][e], p.qk_eff)
+                                                             : neg_inf();
+                    mx[e >> 1] = fmaxf(mx[e >> 1], x[jj][e]);
+                }
+        }
+        mx[0] = quad_max(mx[0]), mx[1] = quad_max(mx[1]);
+        if ((lane & 3) == 0) smx[w * kHeads + r0] = mx[0], smx[w * kHeads + r0 + 8] = mx[1];
+        named_barrier_sync(kBarX, kThreads);
+        // Pair j + 1 into pair j - 1's stages (both warpgroups are done with them).
+        if (warp == 0 && j >= 1) {
+#pragma unroll
+            for (int k = 0; k < 2; k++) {
+                const int tl = 2 * j + 2 + k;
+                if (tl < n) {
+                    issue_tile(p, tk, nb[k], base + kStageOff + (tl % kStages) * kTileB,
+                               bar0 + (tl % kStages) * 8, lane);
+                    nb[k] = box_of(p, bt_row, s, t_begin + tl + 2, lane);
+                }
+            }
+        }
+        // Both tiles' bookkeeping; this warpgroup's p, row sums and P codes.
+        const float mxa[2] = {smx[r0], smx[r0 + 8]};
+        const float mxb[2] = {smx[kHeads + r0], smx[kHeads + r0 + 8]};
+        float fa[2], ea[2], fb[2], eb[2];
+        split_step(rs, mxa, ta % tps == 0, fa, ea);
+        split_step(rs, mxb, (ta + 1) % tps == 0, fb, eb);
+        float lw[2] = {0.f, 0.f};
+        const float ew[2] = {w ? eb[0] : ea[0], w ? eb[1] : ea[1]};
+        exp_tile(x, ew, lw);
+#pragma unroll
+        for (int h = 0; h < 2; h++) L[h] = (L[h] * fa[h] + (w ? 0.f : lw[h])) * fb[h] + (w ? lw[h] : 0.f);
+        unsigned pa[2][4];
+        p_codes<kF16, kP>(x, p, rp, p6, rp6, pa);
+        unsigned char *ptile = smem + kSOff + w * kQPiece;
+#pragma unroll
+        for (int jj = 0; jj < 4; jj++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int r = r0 + 8 * h;
+                *reinterpret_cast<unsigned *>(ptile + r * 128 + ((jj ^ (r & 7)) << 4) + (lane & 3) * 4) =
+                    pa[jj >> 1][(jj & 1) * 2 + h];
+            }
+        // V of both tiles (own columns): rows past the chunk's keys zeroed, quantized in place.
+        prepare_v<kF16, kV>(p, smem + kStageOff + ((2 * j) % kStages) * kTileB, s_eff - ta * kTile, w, wt);
+        prepare_v<kF16, kV>(p, smem + kStageOff + ((2 * j + 1) % kStages) * kTileB,
+                            s_eff - (ta + 1) * kTile, w, wt);
+        fence_proxy_async_shared();
+        named_barrier_sync(kBarY, kThreads);   // both P tiles written
+        // O = (O f_a + P_a V_a) f_b + P_b V_b (this warpgroup's columns).
+#pragma unroll
+        for (int t = 0; t < 2; t++) {
+            if (t == 1) {
+                wgmma_wait_group<0>();
+                flashmla::sm90::reg_fence(o);
+            }
+            const float ft[2] = {t ? fb[0] : fa[0], t ? fb[1] : fa[1]};
+            flashmla::sm90::scale_o(o, ft);
+            flashmla::sm90::reg_fence(o);
+            wgmma_fence();
+            const unsigned vb = base + kStageOff + ((2 * j + t) % kStages) * kTileB + w * 4 * kTPiece;
+#pragma unroll
+            for (int kk = 0; kk < 2; kk++)
+                wgmma_m64n256k16_ss<kF16, 1>(o, wgmma_desc_sw128(sp + t * kQPiece + kk * 32, 16, 1024),
+                                             wgmma_desc_sw128(vb + kk * 16 * 128, kTPiece, 1024), 1);
+            wgmma_commit_group();
         }
     }
+    wgmma_wait_group<0>();
+    flashmla::sm90::reg_fence(o);
+    // Row sums: both warpgroups' parts, added in the same order.
+    const float lq[2] = {quad_sum(L[0]), quad_sum(L[1])};
+    if ((lane & 3) == 0) smx[w * kHeads + r0] = lq[0], smx[w * kHeads + r0 + 8] = lq[1];
+    named_barrier_sync(kBarX, kThreads);
+    const float l[2] = {smx[r0] + smx[kHeads + r0], smx[r0 + 8] + smx[kHeads + r0 + 8]};
+    store_partial(p, o, rs.E, l, b, h0, chunk, w, wi, lane);
 }
 
 }  // namespace sm90dec
@@ -593,13 +796,16 @@ __global__ void __launch_bounds__(sm90dec::kThreads, 1) decode_sm90_kernel(
                 mmadec::q_chunk<kF16>(p, b, h0 + r, c, inexact);
         }
     }
-    unsigned q8[2][4];
+    // The RoPE part as A fragments: K quantized (feature split) warpgroup w's two k16 steps, else
+    // (tile alternation) all four.
+    constexpr int kQ8 = kK == kNone ? 4 : 2;
+    unsigned q8[kQ8][4];
     {
         const int w = tid >> 7, wi = (tid >> 5) & 3, lane = tid & 31;
         const int ra = wi * 16 + (lane >> 2), fb = (lane & 3) * 2;
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
-            const int f = kstep_of(w, 16 + j) * 16 + fb;
+        for (int j = 0; j < kQ8; j++) {
+            const int f = (kK == kNone ? 32 + j : kstep_of(w, 16 + j)) * 16 + fb;
             q8[j][0] = mmadec::q_pair<kF16>(p, b, h0 + ra, f, inexact);
             q8[j][1] = mmadec::q_pair<kF16>(p, b, h0 + ra + 8, f, inexact);
             q8[j][2] = mmadec::q_pair<kF16>(p, b, h0 + ra, f + 8, inexact);
@@ -608,7 +814,10 @@ __global__ void __launch_bounds__(sm90dec::kThreads, 1) decode_sm90_kernel(
     }
     fence_proxy_async_shared();
     const bool need_lo = __syncthreads_or(inexact) != 0;
-    run_chunk<kF16, kK, kV, kP>(p, tk, smem, q8, s, t_begin, n, tps, b, h0, chunk, need_lo);
+    if constexpr (kK == kNone)
+        run_pairs<kF16, kV, kP>(p, tk, smem, q8, s, t_begin, n, tps, b, h0, chunk, need_lo);
+    else
+        run_chunk<kF16, kK, kV, kP>(p, tk, smem, q8, s, t_begin, n, tps, b, h0, chunk, need_lo);
 }
 
 }  // namespace fakequant
