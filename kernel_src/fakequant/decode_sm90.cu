@@ -82,7 +82,11 @@ static_assert(kStageOff % 1024 == 0 && kTileB % 1024 == 0, "swizzle atoms 1024-a
 
 // X: both partials of a tile written; Y: both read (the buffer may be written again); kBarWg + w:
 // warpgroup w alone.
-enum Barrier : int { kBarX = 1, kBarY = 2, kBarWg = 3 };
+// Tile alternation: M0 / M1 the row maxima of warpgroup 0's / 1's tile written, P0 / P1 its P
+// tile written, F0 warpgroup 1 done with a pair (sP0, smx[0], the pair's stages), F1 warpgroup 0
+// done with sP1 and smx[1] (each arrived by one warpgroup and waited for by the other).
+enum Barrier : int { kBarX = 1, kBarY = 2, kBarWg = 3, kBarM0 = 5, kBarM1 = 6, kBarP0 = 7,
+                     kBarP1 = 8, kBarF0 = 9, kBarF1 = 10 };
 
 // The j-th (of 18) k16 step of warpgroup w: features [256 w, +256) (pieces 4 w .. 4 w + 3, Q from
 // shared memory), then [512 + 32 w, +32) (the RoPE piece, Q from registers).
@@ -319,27 +323,27 @@ __device__ __forceinline__ void prepare_v(const MmaDecodeParams &p, unsigned cha
         }
     } else if constexpr (kV == kNvfp4) {
         const float v6 = __fmul_rn(6.f, p.v_scale), rv6 = __frcp_rn(v6);
-        // thread wt: features 256 w + 2 wt, + 1 (chunk 32 w + wt / 4, byte 4 (wt % 4)), both groups
+        // thread wt: features 256 w + 2 wt, + 1 (chunk 32 w + wt / 4, bytes 4 (wt % 4) and + 2),
+        // one (group, feature) at a time (16 values: the register budget of the P V warpgroups)
         const int c = 32 * w + (wt >> 2), wb = (wt & 3) * 4;
 #pragma unroll 1
-        for (int g = 0; g < 2; g++) {
-            float x0[16], x1[16], m0 = 0.f, m1 = 0.f;
+        for (int it = 0; it < 4; it++) {
+            const int g = it >> 1, fo = wb + 2 * (it & 1);
+            float x[16], m = 0.f;
 #pragma unroll
             for (int rr = 0; rr < 16; rr++) {
-                const unsigned u = *reinterpret_cast<const unsigned *>(raw + toff(16 * g + rr, c) + wb);
-                x0[rr] = mmadec::h2f<kF16>(u), x1[rr] = mmadec::h2f<kF16>(u >> 16);
-                m0 = fmaxf(m0, fabsf(x0[rr])), m1 = fmaxf(m1, fabsf(x1[rr]));
+                const unsigned short u =
+                    *reinterpret_cast<const unsigned short *>(raw + toff(16 * g + rr, c) + fo);
+                x[rr] = mmadec::h2f<kF16>(u);
+                m = fmaxf(m, fabsf(x[rr]));
             }
-            const Nvfp4Scale s0 = nvfp4_scale(m0, p.v_scale, v6, rv6);
-            const Nvfp4Scale s1 = nvfp4_scale(m1, p.v_scale, v6, rv6);
-            const bool fast = nvfp4_fast(s0) && nvfp4_fast(s1);
+            const Nvfp4Scale sc = nvfp4_scale(m, p.v_scale, v6, rv6);
+            const bool fast = nvfp4_fast(sc);
 #pragma unroll
             for (int rr = 0; rr < 16; rr++) {
-                const unsigned u = fast ? mmadec::pack2<kF16>(nvfp4_code_fast(x0[rr], s0),
-                                                              nvfp4_code_fast(x1[rr], s1))
-                                        : mmadec::pack2<kF16>(nvfp4_code(x0[rr], s0),
-                                                              nvfp4_code(x1[rr], s1));
-                *reinterpret_cast<unsigned *>(raw + toff(16 * g + rr, c) + wb) = u;
+                const float v = fast ? nvfp4_code_fast(x[rr], sc) : nvfp4_code(x[rr], sc);
+                *reinterpret_cast<unsigned short *>(raw + toff(16 * g + rr, c) + fo) =
+                    (unsigned short)mmadec::f2h<kF16>(v);
             }
         }
     }
@@ -596,15 +600,20 @@ __device__ __forceinline__ void run_chunk(const MmaDecodeParams &p, const TmaDes
     store_partial(p, o, rs.E, l, b, h0, chunk, w, wi, lane);
 }
 
-// K not quantized: tile alternation. Pair j holds tiles 2 j (warpgroup 0) and 2 j + 1 (warpgroup
-// 1): each warpgroup computes the full S of its own tile (issue_qk_full; q8 the 4 RoPE k16 steps)
-// and its row maxima go to shared memory (barrier X); both run the split bookkeeping of both
-// tiles (the same in both), each computes p, its row sums and the P codes of its own tile into
-// sP[w] (a 64 x 64 128-byte-swizzled tile, keys 0-31 used) and prepares its V columns of both
-// tiles (barrier Y); then O_w = (O_w f_a + P_a V_a) f_b + P_b V_b with both P from shared memory.
-// Each warpgroup keeps the row sums of its own tiles (scaled by the same factors); they are added
-// at the end. 4 raw stages: pair j + 1 loads under pair j (issued when pair j - 1's stages are
-// free, after X). A pair's second tile past the chunk (n odd) is all masked and its V zeroed.
+// K not quantized: tile alternation. Pair j holds tiles a = 2 j (warpgroup 0) and b = 2 j + 1
+// (warpgroup 1); each warpgroup computes the full S of its own tile (issue_qk_full; q8 the 4 RoPE
+// k16 steps), publishes its row maxima, computes p, its row sums and the P codes of its own tile
+// (into a 64 x 64 128-byte-swizzled P tile in shared memory, keys 0-31 used), and O_w = (O_w f_a
+// + P_a V_a) f_b + P_b V_b over its own columns, both P tiles from shared memory. Both run the split
+// bookkeeping of both tiles in order (identically): warpgroup 0 can do tile a's and its P V
+// before tile b's maxima exist, warpgroup 1 waits for tile a's maxima first, so warpgroup 1's
+// softmax runs under warpgroup 0's P V (named barriers arrived by one warpgroup and waited for by
+// the other: M0, M1, P0, P1, F0, F1). Each warpgroup quantizes/zeroes its own V columns of both
+// tiles in place once the other warpgroup's Q K^T of that tile is done. Each keeps the row sums of
+// its own tile (scaled by the same factors); they are added at the end. 4 raw stages: pair j + 1
+// loads under pair j, issued by warp 0 once warpgroup 1 is done with pair j - 1 (F0). A pair's
+// tile b past the chunk (n odd) is all masked and its V zeroed. Every product is issued and
+// waited for inside one branch of the warpgroup split, or outside it.
 template <bool kF16, int kV, int kP>
 __device__ __forceinline__ void run_pairs(const MmaDecodeParams &p, const TmaDesc &tk,
                                           unsigned char *smem, const unsigned (&q8)[4][4], int s,
@@ -619,6 +628,7 @@ __device__ __forceinline__ void run_pairs(const MmaDecodeParams &p, const TmaDes
     const int *bt_row = p.block_table + (long long)b * p.bt_stride;
     const int s_eff = min(s, (t_begin + n) * kTile);   // keys of the chunk's tiles
     const int r0 = wi * 16 + (lane >> 2);
+    const int np = (n + 1) / 2;
     float o[32][4];
 #pragma unroll
     for (int j = 0; j < 32; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
@@ -631,11 +641,22 @@ __device__ __forceinline__ void run_pairs(const MmaDecodeParams &p, const TmaDes
     if (warp == 0)
         nb[0] = box_of(p, bt_row, s, t_begin + 4, lane), nb[1] = box_of(p, bt_row, s, t_begin + 5, lane);
 
-    for (int j = 0; j < (n + 1) / 2; j++) {
-        const int ti = 2 * j + w, st = ti % kStages, ta = t_begin + 2 * j;
-        const unsigned kb = base + kStageOff + st * kTileB;
-        wgmma_wait_group<0>();   // this warpgroup's P V of the last pair
+    // O += P_t V_t over this warpgroup's columns, P_t the P tile of tile 2 j + t, waited for.
+    auto pv = [&](int t, int j) {
+        const unsigned vb = base + kStageOff + ((2 * j + t) % kStages) * kTileB + w * 4 * kTPiece;
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 2; kk++)
+            wgmma_m64n256k16_ss<kF16, 1>(o, wgmma_desc_sw128(sp + t * kQPiece + kk * 32, 16, 1024),
+                                         wgmma_desc_sw128(vb + kk * 16 * 128, kTPiece, 1024), 1);
+        wgmma_commit_group();
+        wgmma_wait_group<0>();
         flashmla::sm90::reg_fence(o);
+    };
+
+    for (int j = 0; j < np; j++) {
+        const int ti = 2 * j + w, st = ti % kStages, ta = t_begin + 2 * j, tile = ta + w;
+        const unsigned kb = base + kStageOff + st * kTileB;
         if (ti < n) mbarrier_wait_parity(bar0 + st * 8, (ti / kStages) & 1);
         float x[4][4], slo[4][4];
         issue_qk_full<kF16>(x, q8, q_a, kb);
@@ -648,8 +669,7 @@ __device__ __forceinline__ void run_pairs(const MmaDecodeParams &p, const TmaDes
 #pragma unroll
                 for (int e = 0; e < 4; e++) x[jj][e] += slo[jj][e];
         }
-        // Scores (log2 domain), -inf past the chunk's keys; the row maxima to smx[w].
-        const int tile = ta + w;
+        // Scores (log2 domain), -inf past the chunk's keys; the row maxima.
         float mx[2] = {neg_inf(), neg_inf()};
         if (tile * kTile + kTile <= s_eff) {
 #pragma unroll
@@ -671,9 +691,9 @@ __device__ __forceinline__ void run_pairs(const MmaDecodeParams &p, const TmaDes
                 }
         }
         mx[0] = quad_max(mx[0]), mx[1] = quad_max(mx[1]);
-        if ((lane & 3) == 0) smx[w * kHeads + r0] = mx[0], smx[w * kHeads + r0 + 8] = mx[1];
-        named_barrier_sync(kBarX, kThreads);
-        // Pair j + 1 into pair j - 1's stages (both warpgroups are done with them).
+        // The other warpgroup is done with this warpgroup's smx / sP of the last pair (and, for
+        // warpgroup 0, with that pair's stages: pair j + 1 loads into them).
+        if (j >= 1) named_barrier_sync(w ? kBarF1 : kBarF0, kThreads);
         if (warp == 0 && j >= 1) {
 #pragma unroll
             for (int k = 0; k < 2; k++) {
@@ -685,59 +705,73 @@ __device__ __forceinline__ void run_pairs(const MmaDecodeParams &p, const TmaDes
                 }
             }
         }
-        // Both tiles' bookkeeping; this warpgroup's p, row sums and P codes.
-        const float mxa[2] = {smx[r0], smx[r0 + 8]};
-        const float mxb[2] = {smx[kHeads + r0], smx[kHeads + r0 + 8]};
-        float fa[2], ea[2], fb[2], eb[2];
-        split_step(rs, mxa, ta % tps == 0, fa, ea);
-        split_step(rs, mxb, (ta + 1) % tps == 0, fb, eb);
-        float lw[2] = {0.f, 0.f};
-        const float ew[2] = {w ? eb[0] : ea[0], w ? eb[1] : ea[1]};
-        exp_tile(x, ew, lw);
-#pragma unroll
-        for (int h = 0; h < 2; h++) L[h] = (L[h] * fa[h] + (w ? 0.f : lw[h])) * fb[h] + (w ? lw[h] : 0.f);
+        if ((lane & 3) == 0) smx[w * kHeads + r0] = mx[0], smx[w * kHeads + r0 + 8] = mx[1];
+        named_barrier_arrive(w ? kBarM1 : kBarM0, kThreads);
+        float fa[2], ea[2], fb[2], eb[2], lw[2] = {0.f, 0.f};
         unsigned pa[2][4];
-        p_codes<kF16, kP>(x, p, rp, p6, rp6, pa);
         unsigned char *ptile = smem + kSOff + w * kQPiece;
+        unsigned char *raw_a = smem + kStageOff + ((2 * j) % kStages) * kTileB;
+        unsigned char *raw_b = smem + kStageOff + ((2 * j + 1) % kStages) * kTileB;
+        // This warpgroup's p, row sums and P codes (registers and its P tile).
+        auto own_p = [&](const float (&e)[2]) {
+            exp_tile(x, e, lw);
+            p_codes<kF16, kP>(x, p, rp, p6, rp6, pa);
 #pragma unroll
-        for (int jj = 0; jj < 4; jj++)
+            for (int jj = 0; jj < 4; jj++)
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int r = r0 + 8 * h;
-                *reinterpret_cast<unsigned *>(ptile + r * 128 + ((jj ^ (r & 7)) << 4) + (lane & 3) * 4) =
-                    pa[jj >> 1][(jj & 1) * 2 + h];
-            }
-        // V of both tiles (own columns): rows past the chunk's keys zeroed, quantized in place.
-        prepare_v<kF16, kV>(p, smem + kStageOff + ((2 * j) % kStages) * kTileB, s_eff - ta * kTile, w, wt);
-        prepare_v<kF16, kV>(p, smem + kStageOff + ((2 * j + 1) % kStages) * kTileB,
-                            s_eff - (ta + 1) * kTile, w, wt);
-        fence_proxy_async_shared();
-        named_barrier_sync(kBarY, kThreads);   // both P tiles written
-        // O = (O f_a + P_a V_a) f_b + P_b V_b (this warpgroup's columns).
-#pragma unroll
-        for (int t = 0; t < 2; t++) {
-            if (t == 1) {
-                wgmma_wait_group<0>();
-                flashmla::sm90::reg_fence(o);
-            }
-            const float ft[2] = {t ? fb[0] : fa[0], t ? fb[1] : fa[1]};
-            flashmla::sm90::scale_o(o, ft);
+                for (int h = 0; h < 2; h++) {
+                    const int r = r0 + 8 * h;
+                    *reinterpret_cast<unsigned *>(ptile + r * 128 + ((jj ^ (r & 7)) << 4) +
+                                                  (lane & 3) * 4) = pa[jj >> 1][(jj & 1) * 2 + h];
+                }
+            fence_proxy_async_shared();
+            named_barrier_sync(kBarWg + w, kWg);   // this warpgroup's P tile, for its own P V
+        };
+        if (w == 0) {
+            split_step(rs, mx, ta % tps == 0, fa, ea);
+            own_p(ea);
+            named_barrier_arrive(kBarP0, kThreads);
+            prepare_v<kF16, kV>(p, raw_a, s_eff - ta * kTile, w, wt);
+            flashmla::sm90::scale_o(o, fa);
             flashmla::sm90::reg_fence(o);
-            wgmma_fence();
-            const unsigned vb = base + kStageOff + ((2 * j + t) % kStages) * kTileB + w * 4 * kTPiece;
+            pv(0, j);
+            named_barrier_sync(kBarM1, kThreads);   // tile b's maxima (and its Q K^T done)
+            const float mxb[2] = {smx[kHeads + r0], smx[kHeads + r0 + 8]};
+            split_step(rs, mxb, (ta + 1) % tps == 0, fb, eb);
+            prepare_v<kF16, kV>(p, raw_b, s_eff - (ta + 1) * kTile, w, wt);
+            named_barrier_sync(kBarP1, kThreads);
+            flashmla::sm90::scale_o(o, fb);
+            flashmla::sm90::reg_fence(o);
+            pv(1, j);
+            if (j + 1 < np) named_barrier_arrive(kBarF1, kThreads);
 #pragma unroll
-            for (int kk = 0; kk < 2; kk++)
-                wgmma_m64n256k16_ss<kF16, 1>(o, wgmma_desc_sw128(sp + t * kQPiece + kk * 32, 16, 1024),
-                                             wgmma_desc_sw128(vb + kk * 16 * 128, kTPiece, 1024), 1);
-            wgmma_commit_group();
+            for (int h = 0; h < 2; h++) L[h] = (L[h] * fa[h] + lw[h]) * fb[h];
+        } else {
+            named_barrier_sync(kBarM0, kThreads);   // tile a's maxima (and its Q K^T done)
+            const float mxa[2] = {smx[r0], smx[r0 + 8]};
+            split_step(rs, mxa, ta % tps == 0, fa, ea);
+            split_step(rs, mx, (ta + 1) % tps == 0, fb, eb);
+            own_p(eb);
+            named_barrier_arrive(kBarP1, kThreads);
+            prepare_v<kF16, kV>(p, raw_a, s_eff - ta * kTile, w, wt);
+            prepare_v<kF16, kV>(p, raw_b, s_eff - (ta + 1) * kTile, w, wt);
+            named_barrier_sync(kBarP0, kThreads);
+            flashmla::sm90::scale_o(o, fa);
+            flashmla::sm90::reg_fence(o);
+            pv(0, j);
+            flashmla::sm90::scale_o(o, fb);
+            flashmla::sm90::reg_fence(o);
+            pv(1, j);
+            if (j + 1 < np) named_barrier_arrive(kBarF0, kThreads);
+#pragma unroll
+            for (int h = 0; h < 2; h++) L[h] = L[h] * fa[h] * fb[h] + lw[h];
         }
     }
-    wgmma_wait_group<0>();
-    flashmla::sm90::reg_fence(o);
-    // Row sums: both warpgroups' parts, added in the same order.
+    // Row sums: both warpgroups' parts, added in the same order (smx free once both are here).
     const float lq[2] = {quad_sum(L[0]), quad_sum(L[1])};
-    if ((lane & 3) == 0) smx[w * kHeads + r0] = lq[0], smx[w * kHeads + r0 + 8] = lq[1];
     named_barrier_sync(kBarX, kThreads);
+    if ((lane & 3) == 0) smx[w * kHeads + r0] = lq[0], smx[w * kHeads + r0 + 8] = lq[1];
+    named_barrier_sync(kBarY, kThreads);
     const float l[2] = {smx[r0] + smx[kHeads + r0], smx[r0 + 8] + smx[kHeads + r0 + 8]};
     store_partial(p, o, rs.E, l, b, h0, chunk, w, wi, lane);
 }
