@@ -171,17 +171,19 @@ __device__ __forceinline__ void issue_tile(const MmaDecodeParams &p, const TmaDe
     }
 }
 
-// Warpgroup w's partial S = Q K^T over its features (kstep_of), Q pieces from shared memory and
-// its RoPE part from registers (q8), K from the tile at kbuf; issued and committed, not waited on.
-template <bool kF16>
-__device__ __forceinline__ void issue_qk(float (&s)[4][4], const unsigned (&q8)[2][4], unsigned q,
-                                         unsigned kbuf, int w) {
+// S = Q K^T over the k16 steps [ss0, ss0 + kSS) (Q from shared memory) and RoPE steps [32 + rope0,
+// + kRope) (Q from registers, q8), K from the tile at kbuf; issued and committed, not waited on.
+// The feature split: warpgroup w's partial (ss0 16 w, 16 steps, rope0 2 w, 2 steps, kstep_of);
+// tile alternation: the full S (0, 32, 0, 4).
+template <bool kF16, int kSS, int kRope>
+__device__ __forceinline__ void issue_qk(float (&s)[4][4], const unsigned (&q8)[kRope][4],
+                                         unsigned q, unsigned kbuf, int ss0, int rope0) {
     const unsigned long long qd0 = wgmma_desc_sw128(q, 16, 1024);
     const unsigned long long kd0 = wgmma_desc_sw128(kbuf, 16, 1024);
     wgmma_fence();
 #pragma unroll
-    for (int j = 0; j < 16; j++) {
-        const int ks = 16 * w + j, pc = ks >> 2, k = ks & 3;
+    for (int j = 0; j < kSS; j++) {
+        const int ks = ss0 + j, pc = ks >> 2, k = ks & 3;
         unsigned long long qd = qd0, kd = kd0;
         flashmla::sm90::opaque(qd), flashmla::sm90::opaque(kd);
         wgmma_m64n32k16_ss<kF16, 0>(s, qd + ((pc * kQPiece + k * 32) >> 4),
@@ -190,33 +192,8 @@ __device__ __forceinline__ void issue_qk(float (&s)[4][4], const unsigned (&q8)[
     unsigned long long kd = kd0;
     flashmla::sm90::opaque(kd);
 #pragma unroll
-    for (int j = 0; j < 2; j++)
-        wgmma_m64n32k16_rs<kF16, 0>(s, q8[j], kd + ((8 * kTPiece + (2 * w + j) * 32) >> 4), 1);
-    wgmma_commit_group();
-}
-
-// S = Q K^T over all 576 features (tile alternation): 32 k16 steps with Q from shared memory, the
-// 4 RoPE ones with Q from registers (q8); issued and committed, not waited on.
-template <bool kF16>
-__device__ __forceinline__ void issue_qk_full(float (&s)[4][4], const unsigned (&q8)[4][4],
-                                              unsigned q, unsigned kbuf) {
-    const unsigned long long qd0 = wgmma_desc_sw128(q, 16, 1024);
-    const unsigned long long kd0 = wgmma_desc_sw128(kbuf, 16, 1024);
-    wgmma_fence();
-#pragma unroll
-    for (int pc = 0; pc < 8; pc++) {
-        unsigned long long qd = qd0, kd = kd0;
-        flashmla::sm90::opaque(qd), flashmla::sm90::opaque(kd);
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-            wgmma_m64n32k16_ss<kF16, 0>(s, qd + ((pc * kQPiece + k * 32) >> 4),
-                                        kd + ((pc * kTPiece + k * 32) >> 4), pc + k > 0);
-    }
-    unsigned long long kd = kd0;
-    flashmla::sm90::opaque(kd);
-#pragma unroll
-    for (int k = 0; k < 4; k++)
-        wgmma_m64n32k16_rs<kF16, 0>(s, q8[k], kd + ((8 * kTPiece + k * 32) >> 4), 1);
+    for (int j = 0; j < kRope; j++)
+        wgmma_m64n32k16_rs<kF16, 0>(s, q8[j], kd + ((8 * kTPiece + (rope0 + j) * 32) >> 4), 1);
     wgmma_commit_group();
 }
 
@@ -351,11 +328,46 @@ __device__ __forceinline__ void prepare_v(const MmaDecodeParams &p, unsigned cha
     named_barrier_sync(kBarWg + w, kWg);
 }
 
+// S to base-2 logits (times qk_eff), -inf for keys >= s_end (the selects only in a tile that
+// reaches s_end); the row maxima over the quad into mx.
+__device__ __forceinline__ void scale_mask(float (&x)[4][4], int tile, int s_end, float qk_eff,
+                                           int lane, float (&mx)[2]) {
+    mx[0] = mx[1] = neg_inf();
+    if (tile * kTile + kTile <= s_end) {
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                x[j][e] = __fmul_rn(x[j][e], qk_eff);
+                mx[e >> 1] = fmaxf(mx[e >> 1], x[j][e]);
+            }
+    } else {
+        const int t0 = tile * kTile + (lane & 3) * 2;
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                x[j][e] = t0 + 8 * j + (e & 1) < s_end ? __fmul_rn(x[j][e], qk_eff) : neg_inf();
+                mx[e >> 1] = fmaxf(mx[e >> 1], x[j][e]);
+            }
+    }
+    mx[0] = quad_max(mx[0]), mx[1] = quad_max(mx[1]);
+}
+
 // A row's split bookkeeping (decode_mma.cu's), for the thread's two rows: mu the split's running
 // max, E the exponent O and L are kept in, M the row's max so far.
 struct RowSplit {
     float mu[2], E[2], M[2];
 };
+
+// A chunk's start: O zeroed (fenced before any product is issued), no row state, no row sums.
+__device__ __forceinline__ void init_chunk(float (&o)[32][4], RowSplit &rs, float (&L)[2]) {
+#pragma unroll
+    for (int j = 0; j < 32; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+    flashmla::sm90::reg_fence(o);
+#pragma unroll
+    for (int h = 0; h < 2; h++) rs.mu[h] = rs.E[h] = rs.M[h] = neg_inf(), L[h] = 0.f;
+}
 
 // One tile of row maxima mx (-inf: no key): the state moves on; f (the factor O and L take before
 // the tile is added) and mu_e (the exponent the tile's p are taken against, +inf when the tile is
@@ -479,12 +491,9 @@ __device__ __forceinline__ void run_chunk(const MmaDecodeParams &p, const TmaDes
     const unsigned base = flashmla::smem_addr(smem);
     const unsigned q_a = base + kQOff, bar0 = base + kBarOff;
     const int *bt_row = p.block_table + (long long)b * p.bt_stride;
-    float o[32][4];
-#pragma unroll
-    for (int j = 0; j < 32; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
-    flashmla::sm90::reg_fence(o);
-    RowSplit rs = {{neg_inf(), neg_inf()}, {neg_inf(), neg_inf()}, {neg_inf(), neg_inf()}};
-    float L[2] = {0.f, 0.f};
+    float o[32][4], L[2];
+    RowSplit rs;
+    init_chunk(o, rs, L);
     const float rp = __frcp_rn(p.p_scale);
     const float p6 = __fmul_rn(6.f, p.p_scale), rp6 = __frcp_rn(p6);
     float4 *sS = reinterpret_cast<float4 *>(smem + kSOff);
@@ -505,7 +514,7 @@ __device__ __forceinline__ void run_chunk(const MmaDecodeParams &p, const TmaDes
         const int sn1 = (i + 1) % kStages;
         if (kK == kNone && i + 1 < n) mbarrier_wait_parity(bar0 + sn1 * 8, ((i + 1) / kStages) & 1);
         const unsigned kb = kK != kNone ? base + kKcOff : base + kStageOff + sn1 * kTileB;
-        issue_qk<kF16>(sn, q8, q_a, kb, w);
+        issue_qk<kF16, 16, 2>(sn, q8, q_a, kb, 16 * w, 2 * w);
         if (need_lo) qk_residual<kF16>(slo, p, kb, w, b, h0, lane, wi);
     };
     // ... waited for (with everything else in flight) and stored as warpgroup w's partial of tile
@@ -551,27 +560,9 @@ __device__ __forceinline__ void run_chunk(const MmaDecodeParams &p, const TmaDes
             x[j][0] = y0.x + y1.x, x[j][1] = y0.y + y1.y, x[j][2] = y0.z + y1.z, x[j][3] = y0.w + y1.w;
         }
 
-        // Scores (log2 domain), -inf past s (the tail tile only); the row maxima over the quad.
-        float mx[2] = {neg_inf(), neg_inf()};
-        if (tile * kTile + kTile <= s) {
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    x[j][e] = __fmul_rn(x[j][e], p.qk_eff);
-                    mx[e >> 1] = fmaxf(mx[e >> 1], x[j][e]);
-                }
-        } else {
-            const int t0 = tile * kTile + (lane & 3) * 2;
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    x[j][e] = t0 + 8 * j + (e & 1) < s ? __fmul_rn(x[j][e], p.qk_eff) : neg_inf();
-                    mx[e >> 1] = fmaxf(mx[e >> 1], x[j][e]);
-                }
-        }
-        mx[0] = quad_max(mx[0]), mx[1] = quad_max(mx[1]);
+        // Scores (log2 domain), -inf past s; the row maxima over the quad.
+        float mx[2];
+        scale_mask(x, tile, s, p.qk_eff, lane, mx);
         float f[2], mu_e[2];
         split_step(rs, mx, tile % tps == 0, f, mu_e);
         L[0] *= f[0], L[1] *= f[1];
@@ -601,7 +592,7 @@ __device__ __forceinline__ void run_chunk(const MmaDecodeParams &p, const TmaDes
 }
 
 // K not quantized: tile alternation. Pair j holds tiles a = 2 j (warpgroup 0) and b = 2 j + 1
-// (warpgroup 1); each warpgroup computes the full S of its own tile (issue_qk_full; q8 the 4 RoPE
+// (warpgroup 1); each warpgroup computes the full S of its own tile (issue_qk; q8 the 4 RoPE
 // k16 steps), publishes its row maxima, computes p, its row sums and the P codes of its own tile
 // (into a 64 x 64 128-byte-swizzled P tile in shared memory, keys 0-31 used), and O_w = (O_w f_a
 // + P_a V_a) f_b + P_b V_b over its own columns, both P tiles from shared memory. Both run the split
@@ -629,12 +620,9 @@ __device__ __forceinline__ void run_pairs(const MmaDecodeParams &p, const TmaDes
     const int s_eff = min(s, (t_begin + n) * kTile);   // keys of the chunk's tiles
     const int r0 = wi * 16 + (lane >> 2);
     const int np = (n + 1) / 2;
-    float o[32][4];
-#pragma unroll
-    for (int j = 0; j < 32; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
-    flashmla::sm90::reg_fence(o);
-    RowSplit rs = {{neg_inf(), neg_inf()}, {neg_inf(), neg_inf()}, {neg_inf(), neg_inf()}};
-    float L[2] = {0.f, 0.f};
+    float o[32][4], L[2];
+    RowSplit rs;
+    init_chunk(o, rs, L);
     const float rp = __frcp_rn(p.p_scale);
     const float p6 = __fmul_rn(6.f, p.p_scale), rp6 = __frcp_rn(p6);
     BoxRef nb[2] = {{-1, 0}, {-1, 0}};   // warp 0: the boxes of pair 2's tiles, then of the next
@@ -659,7 +647,7 @@ __device__ __forceinline__ void run_pairs(const MmaDecodeParams &p, const TmaDes
         const unsigned kb = base + kStageOff + st * kTileB;
         if (ti < n) mbarrier_wait_parity(bar0 + st * 8, (ti / kStages) & 1);
         float x[4][4], slo[4][4];
-        issue_qk_full<kF16>(x, q8, q_a, kb);
+        issue_qk<kF16, 32, 4>(x, q8, q_a, kb, 0, 0);
         if (need_lo) qk_residual<kF16, true>(slo, p, kb, w, b, h0, lane, wi);
         wgmma_wait_group<0>();
         flashmla::sm90::reg_fence(x);
@@ -670,27 +658,8 @@ __device__ __forceinline__ void run_pairs(const MmaDecodeParams &p, const TmaDes
                 for (int e = 0; e < 4; e++) x[jj][e] += slo[jj][e];
         }
         // Scores (log2 domain), -inf past the chunk's keys; the row maxima.
-        float mx[2] = {neg_inf(), neg_inf()};
-        if (tile * kTile + kTile <= s_eff) {
-#pragma unroll
-            for (int jj = 0; jj < 4; jj++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    x[jj][e] = __fmul_rn(x[jj][e], p.qk_eff);
-                    mx[e >> 1] = fmaxf(mx[e >> 1], x[jj][e]);
-                }
-        } else {
-            const int t0 = tile * kTile + (lane & 3) * 2;
-#pragma unroll
-            for (int jj = 0; jj < 4; jj++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    x[jj][e] = t0 + 8 * jj + (e & 1) < s_eff ? __fmul_rn(x[jj][e], p.qk_eff)
-                                                             : neg_inf();
-                    mx[e >> 1] = fmaxf(mx[e >> 1], x[jj][e]);
-                }
-        }
-        mx[0] = quad_max(mx[0]), mx[1] = quad_max(mx[1]);
+        float mx[2];
+        scale_mask(x, tile, s_eff, p.qk_eff, lane, mx);
         // The other warpgroup is done with this warpgroup's smx / sP of the last pair (and, for
         // warpgroup 0, with that pair's stages: pair j + 1 loads into them).
         if (j >= 1) named_barrier_sync(w ? kBarF1 : kBarF0, kThreads);
