@@ -76,6 +76,14 @@ mla_status mla__fakequant_decode_mma_build(const mla__spec *spec, char *name_exp
     return MLA_OK;
 }
 
+mla_status mla__fakequant_decode_sm90_build(const mla__spec *spec, char *name_expr, size_t size,
+                                            mla__launch_info *launch) {
+    char text[128];
+    MLA_FORWARD_IF_ERROR(decode_text(spec, "mla::fakequant::decode_sm90_kernel", &text));
+    return set_launch(spec, name_expr, size, text, MLA__FQ_THREADS, MLA__FQ_DECODE_SM90_SMEM,
+                      launch);
+}
+
 mla_status mla__fakequant_combine_build(const mla__spec *spec, char *name_expr, size_t size,
                                         mla__launch_info *launch) {
     static const char *const names[] = {"out_dtype"};

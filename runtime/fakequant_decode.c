@@ -1,8 +1,10 @@
 /* Fake-quant MLA decode: argument checks (spec §4, with the upstream messages) and dispatch of
  * mla_attention_decode (decode kernel over the fixed splits, then the split combine), and its
- * shape helper. Kernels: kernel_src/fakequant/decode_mma.cu (tensor cores, the default where it
- * applies: rank 512, rope 64, 16-byte cache rows; chunks of splits per CTA) and decode.cu (exact
- * fp32 FMA, every shape; forced by $MLAJIT_FAKEQUANT_DECODE=fp32), then decode.cu's combine. */
+ * shape helper. Kernels: kernel_src/fakequant/decode_sm90.cu (wgmma and TMA, the default on
+ * sm_90a where it applies: rank 512, rope 64, 16-byte cache rows, page % 8 == 0; forced off by
+ * $MLAJIT_FAKEQUANT_DECODE=mma), decode_mma.cu (mma.sync, cc 9.0 and later, same shapes, any
+ * page; chunks of splits per CTA) and decode.cu (exact fp32 FMA, every shape; forced by
+ * $MLAJIT_FAKEQUANT_DECODE=fp32), then decode.cu's combine. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -218,8 +220,9 @@ static mla_status decode_spec(const mla_attention_decode_args *a, const dims *d,
     return mla__spec_add(spec, "p_qdq", a->p_qdq);
 }
 
-static mla_status launch_decode_mma(mla_runtime *rt, const mla_attention_decode_args *a,
-                                    const dims *d, int slots, CUstream stream) {
+/* The parameter block of the tensor-core kernels (decode_mma.cu, decode_sm90.cu). */
+static mla__fq_decode_mma_params mma_params(const mla_attention_decode_args *a, const dims *d,
+                                            int slots) {
     CUdeviceptr ws = mla__data(a->workspace);
     long long rows = (long long)d->batch * d->heads * slots;
     float qk_scale = (float)((double)a->softmax_scale * LOG2E);
@@ -239,6 +242,12 @@ static mla_status launch_decode_mma(mla_runtime *rt, const mla_attention_decode_
         .pv_eff = (float)((double)p_scale * v_scale),
         .k_scale = k_scale, .v_scale = v_scale, .p_scale = p_scale,
     };
+    return p;
+}
+
+static mla_status launch_decode_mma(mla_runtime *rt, const mla_attention_decode_args *a,
+                                    const dims *d, int slots, CUstream stream) {
+    mla__fq_decode_mma_params p = mma_params(a, d, slots);
     mla__spec spec;
     MLA_FORWARD_IF_ERROR(decode_spec(a, d, "fakequant_decode_mma", &spec));
     const mla__kernel *k = NULL;
@@ -247,6 +256,70 @@ static mla_status launch_decode_mma(mla_runtime *rt, const mla_attention_decode_
     unsigned c = (unsigned)mla__fq_mma_cluster(a->k_qdq, a->v_qdq);
     unsigned hb = (unsigned)((d->heads + c * MLA__FQ_MMA_HEADS - 1) / (c * MLA__FQ_MMA_HEADS)) * c;
     void *args[] = {&p};
+    return mla__launch(rt, k, hb, (unsigned)slots, (unsigned)d->batch, stream, args);
+}
+
+/* The sm_90a decode applies where the tensor-core one does (use_mma), on a runtime that compiles
+ * for its arch (sm_90a), not forced to decode_mma.cu ($MLAJIT_FAKEQUANT_DECODE=mma), and for page
+ * sizes that are multiples of 8 (its TMA boxes of >= 8 rows start on 1024-byte swizzle atoms); it
+ * runs for the modes of mla__fq_sm90_default, or every mode with $MLAJIT_FAKEQUANT_DECODE=sm90. */
+static int use_sm90(const mla_runtime *rt, const mla_attention_decode_args *a, const dims *d) {
+    const mla__kernel_kind *k = mla__kernel_kind_find("fakequant_decode_sm90");
+    return !rt->fakequant_decode_mma && k && !strcmp(rt->arch, k->only_arch) && d->page % 8 == 0 &&
+           (rt->fakequant_decode_sm90 || mla__fq_sm90_default(a->k_qdq, a->v_qdq, a->p_qdq));
+}
+
+/* Workspace slots of the sm_90a decode: decode_mma.cu's with P quantized; without, its chunks of
+ * G = ceil(v / S) virtual splits of 64 tiles (v of them, at most that of the longest request
+ * the block table holds), so at most min(v, S). */
+static int sm90_slots(const mla_attention_decode_args *a, const dims *d) {
+    if (a->p_qdq != MLA_QDQ_NONE) return mma_slots(d);
+    long long cap = (long long)d->max_blocks * d->page, tiles = (cap + MLA__FQ_TILE - 1) / MLA__FQ_TILE;
+    long long v = (tiles + MLA__FQ_SM90_VIRTUAL_TILES - 1) / MLA__FQ_SM90_VIRTUAL_TILES;
+    return v < 1 ? 1 : v > d->splits ? d->splits : (int)v;
+}
+
+/* The TMA descriptor of latent_cache for decode_sm90.cu: [num_blocks, page, 576] as the 4-D tensor
+ * (576 columns, 1, page, num_blocks) (innermost first; the unit dimension keeps the 4-D copy of
+ * common/mbarrier.cuh), boxes of 64 columns x R rows, R = min(largest power of two dividing
+ * page_size, 32), 128-byte swizzle, out-of-range boxes read as zeros. Strides of dimensions of
+ * size 1 are free and replaced by a valid one. Returns 0 when the driver refuses it (the caller
+ * then runs decode_mma.cu). */
+static int encode_cache_tma(mla_runtime *rt, const mla_attention_decode_args *a, const dims *d,
+                            CUtensorMap *map) {
+    const DLTensor *c = a->latent_cache;
+    const cuuint64_t row = (cuuint64_t)(d->rank + d->rope) * 2;
+    cuuint64_t dim[4] = {(cuuint64_t)(d->rank + d->rope), 1, (cuuint64_t)d->page,
+                         (cuuint64_t)c->shape[0]};
+    cuuint64_t stride[3] = {row, (cuuint64_t)mla__stride(c, 1) * 2, (cuuint64_t)mla__stride(c, 0) * 2};
+    for (int i = 0; i < 3; i++)
+        if (dim[i + 1] == 1) stride[i] = row;
+    int r = d->page & -d->page;
+    const cuuint32_t box[4] = {64, 1, (cuuint32_t)(r < MLA__FQ_SM90_MAX_BOX_ROWS ? r
+                                                   : MLA__FQ_SM90_MAX_BOX_ROWS), 1};
+    const cuuint32_t estride[4] = {1, 1, 1, 1};
+    CUresult res = rt->drv.cuTensorMapEncodeTiled(
+        map, d->cache == MLA__FQ_FP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                      : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        4, (void *)(uintptr_t)mla__data(c), dim, stride, box, estride,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (res != CUDA_SUCCESS)
+        mla__log(rt, MLA_LOG_DEBUG, "fakequant decode: no TMA descriptor for latent_cache "
+                 "(CUresult %d): decode_mma.cu", (int)res);
+    return res == CUDA_SUCCESS;
+}
+
+static mla_status launch_decode_sm90(mla_runtime *rt, const mla_attention_decode_args *a,
+                                     const dims *d, int slots, const CUtensorMap *map,
+                                     CUstream stream) {
+    mla__fq_decode_mma_params p = mma_params(a, d, slots);
+    mla__spec spec;
+    MLA_FORWARD_IF_ERROR(decode_spec(a, d, "fakequant_decode_sm90", &spec));
+    const mla__kernel *k = NULL;
+    MLA_FORWARD_IF_ERROR(mla__get_kernel(rt, &spec, &k));
+    unsigned hb = (unsigned)((d->heads + MLA__FQ_MMA_HEADS - 1) / MLA__FQ_MMA_HEADS);
+    void *args[] = {&p, (void *)map};
     return mla__launch(rt, k, hb, (unsigned)slots, (unsigned)d->batch, stream, args);
 }
 
@@ -307,6 +380,13 @@ mla_status mla_attention_decode(mla_runtime *runtime, const mla_attention_decode
     MLA_FORWARD_IF_ERROR(check_outputs(runtime, args, &d));
     MLA_FORWARD_IF_ERROR(mla__runtime_enter(runtime));
     if (use_mma(runtime, args, &d)) {
+        CUtensorMap map;
+        memset(&map, 0, sizeof map);
+        if (use_sm90(runtime, args, &d) && encode_cache_tma(runtime, args, &d, &map)) {
+            int slots = sm90_slots(args, &d);
+            MLA_FORWARD_IF_ERROR(launch_decode_sm90(runtime, args, &d, slots, &map, stream));
+            return launch_combine(runtime, args, &d, slots, stream);
+        }
         int slots = mma_slots(&d);
         MLA_FORWARD_IF_ERROR(launch_decode_mma(runtime, args, &d, slots, stream));
         return launch_combine(runtime, args, &d, slots, stream);

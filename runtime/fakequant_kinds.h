@@ -23,6 +23,10 @@ mla_status mla__fakequant_combine_build(const struct mla__spec *spec, char *name
  * (kernel_src/fakequant/decode_mma.cu). runtime/fakequant.c. */
 mla_status mla__fakequant_decode_mma_build(const struct mla__spec *spec, char *name_expr,
                                            size_t size, struct mla__launch_info *launch);
+/* "fakequant_decode_sm90" (the same parameters): the sm_90a decode on wgmma and TMA
+ * (kernel_src/fakequant/decode_sm90.cu). runtime/fakequant.c. */
+mla_status mla__fakequant_decode_sm90_build(const struct mla__spec *spec, char *name_expr,
+                                            size_t size, struct mla__launch_info *launch);
 /* "fakequant_prefill" (dtype, q_quant, k_quant, p_quant, v_quant, sparsity_m).
  * runtime/fakequant_prefill.c. */
 mla_status mla__fakequant_prefill_build(const struct mla__spec *spec, char *name_expr, size_t size,
@@ -80,6 +84,19 @@ typedef struct mla__fq_decode_params {
 static inline int mla__fq_mma_cluster(long long k_qdq, long long v_qdq) {
     return k_qdq || v_qdq ? 2 : 1;
 }
+
+/* sm_90a decode (decode_sm90.cu): the same parameter block as decode_mma.cu's and the cache's TMA
+ * descriptor; 64 heads per CTA, page_size % 8 == 0; without P quantization one slot per chunk of
+ * G "virtual splits" of MLA__FQ_SM90_VIRTUAL_TILES tiles, G = ceil(ceil(tiles / 64) / splits). */
+#define MLA__FQ_DECODE_SM90_SMEM 230432   /* decode_sm90.cu kSmemBytes */
+/* The modes (K, V, P) the sm_90a decode runs by default where it applies (else decode_mma.cu,
+ * unless $MLAJIT_FAKEQUANT_DECODE=sm90): those where it measured faster on the H200
+ * (docs/perf-notes.md, "Fake-quant decode on wgmma"). */
+static inline int mla__fq_sm90_default(int k_qdq, int v_qdq, int p_qdq) {
+    return k_qdq != 2 && v_qdq != 2 && p_qdq != 2 && (k_qdq == 0 || v_qdq == 0);
+}
+#define MLA__FQ_SM90_VIRTUAL_TILES 64     /* decode_sm90.cu kVirtualTiles */
+#define MLA__FQ_SM90_MAX_BOX_ROWS 32      /* decode_sm90.cu load_tile: rows of a TMA box */
 
 typedef struct mla__fq_decode_mma_params {
     CUdeviceptr q;

@@ -306,7 +306,11 @@ struct mla_runtime {
     int fakequant_prefill_rows;     /* sm_90a wgmma one) with this CTA's warps and rows per warp
                                        (4/16, 8/16, 4/32); 0: default */
     int fakequant_decode_fp32;     /* $MLAJIT_FAKEQUANT_DECODE was "fp32" at create: the fake-quant
-                                      decode runs decode.cu, not the tensor-core decode_mma.cu */
+                                      decode runs decode.cu, not the tensor-core kernels */
+    int fakequant_decode_mma;      /* ... was "mma": it runs decode_mma.cu where it applies, not
+                                      the sm_90a decode_sm90.cu */
+    int fakequant_decode_sm90;     /* ... was "sm90": decode_sm90.cu wherever it applies, for every
+                                      mode (by default only for mla__fq_sm90_default's modes) */
     int flashmla_sparse_prefetch;  /* $MLAJIT_FLASHMLA_SPARSE_PREFETCH was "1" at create: the
                                       sm_90a sparse kernels prefetch gathered rows to L2 (measured
                                       slower; off by default) */

@@ -155,14 +155,18 @@ static void resolve_fakequant_prefill(mla_runtime *rt) {
 }
 
 /* $MLAJIT_FAKEQUANT_DECODE, read here once: "fp32" forces the fake-quant decode's exact fp32 FMA
- * kernel (fakequant/decode.cu) where the tensor-core one would run; other values are ignored with
- * a warning. */
+ * kernel (fakequant/decode.cu) where a tensor-core one would run, "mma" the portable tensor-core
+ * kernel (fakequant/decode_mma.cu) where the sm_90a one would, "sm90" the sm_90a kernel
+ * (fakequant/decode_sm90.cu) wherever it applies, whatever the modes; other values are ignored
+ * with a warning. */
 static void resolve_fakequant_decode(mla_runtime *rt) {
     const char *v = env("MLAJIT_FAKEQUANT_DECODE");
     rt->fakequant_decode_fp32 = v && !strcmp(v, "fp32");
-    if (v && !rt->fakequant_decode_fp32)
-        mla__log(rt, MLA_LOG_WARN, "MLAJIT_FAKEQUANT_DECODE: expected \"fp32\" or unset, got "
-                 "\"%s\": ignored", v);
+    rt->fakequant_decode_mma = v && !strcmp(v, "mma");
+    rt->fakequant_decode_sm90 = v && !strcmp(v, "sm90");
+    if (v && !rt->fakequant_decode_fp32 && !rt->fakequant_decode_mma && !rt->fakequant_decode_sm90)
+        mla__log(rt, MLA_LOG_WARN, "MLAJIT_FAKEQUANT_DECODE: expected \"fp32\", \"mma\", \"sm90\" "
+                 "or unset, got \"%s\": ignored", v);
 }
 
 /* $MLAJIT_FLASHMLA_SPARSE_PREFETCH, read here once: "1" turns on the L2 prefetch of gathered

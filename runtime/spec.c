@@ -68,6 +68,8 @@ static const mla__kernel_kind kinds[] = {
      mla__fakequant_decode_build},
     {"fakequant_decode_mma", "fakequant/decode_mma.cu", fakequant_decode_params,
      mla__fakequant_decode_mma_build},
+    {"fakequant_decode_sm90", "fakequant/decode_sm90.cu", fakequant_decode_params,
+     mla__fakequant_decode_sm90_build, "sm_90a"},
     {"fakequant_decode_combine", "fakequant/decode.cu", fakequant_combine_params,
      mla__fakequant_combine_build},
     {"fakequant_prefill", "fakequant/prefill.cu", fakequant_prefill_params,

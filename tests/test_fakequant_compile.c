@@ -1,5 +1,6 @@
 /* Compile tests of the fake-quant kernels: every specialization (qdq for in_dtype x mode; decode
- * and the tensor-core decode_mma for cache_dtype x k_qdq x v_qdq x p_qdq; the combine for each out_dtype) and a covering set of
+ * and the tensor-core decode_mma for cache_dtype x k_qdq x v_qdq x p_qdq, and the sm_90a decode_sm90 the
+ * same for sm_90a only; the combine for each out_dtype) and a covering set of
  * the prefill's (dtype x q/k/p/v quant x sparsity_m: every value of every parameter, each mode
  * beside each other mode and each sparsity, the GPU tests' specs among them; for the tensor-core
  * prefill the same set over its head dims, every dqk and every dv; for the wgmma prefill, sm_90a
@@ -25,7 +26,8 @@ typedef struct compile_case {
 
 #define N_PREFILL 12
 #define N_PER_ARCH (6 + 2 * 54 + 3 + 2 * N_PREFILL + 6)
-static compile_case cases[2 * N_PER_ARCH + N_PREFILL];
+#define N_SM90 54   /* the sm_90a decode, for sm_90a only (its kind's only arch) */
+static compile_case cases[2 * N_PER_ARCH + N_PREFILL + N_SM90];
 
 static compile_case *add_case(int *n, const char *arch, const char *kernel, int count, int v0,
                               int v1, int v2, int v3) {
@@ -86,6 +88,13 @@ static void fill_cases(void) {
             c->v[4] = x32[i][4], c->v[5] = x32[i][5], c->v[6] = 192, c->v[7] = 128;
             c->v[8] = 4, c->v[9] = 32;
         }
+        /* the sm_90a decode (wgmma, TMA): every specialization, for sm_90a only */
+        if (a == 0)
+            for (int c = 0; c < 2; c++)
+                for (int k = 0; k < 3; k++)
+                    for (int v = 0; v < 3; v++)
+                        for (int p = 0; p < 3; p++)
+                            add_case(&n, archs[a], "fakequant_decode_sm90", 4, c, k, v, p);
         /* and 8 warps of 16 rows for the same none and 2:4 */
         for (int i = 0; i < 4; i += 3) {
             compile_case *c = add_case(&n, archs[a], "fakequant_prefill_mma", 10, x32[i][0],
@@ -133,6 +142,7 @@ ParameterizedTest(compile_case *c, fakequant_compile, every_spec) {
               desc);
     int decode = !strcmp(c->kernel, "fakequant_decode");
     int decode_mma = !strcmp(c->kernel, "fakequant_decode_mma");
+    int decode_sm90 = !strcmp(c->kernel, "fakequant_decode_sm90");
     int prefill = !strcmp(c->kernel, "fakequant_prefill");
     int prefill_mma = !strcmp(c->kernel, "fakequant_prefill_mma");
     int prefill_sm90 = !strcmp(c->kernel, "fakequant_prefill_sm90");
@@ -143,6 +153,7 @@ ParameterizedTest(compile_case *c, fakequant_compile, every_spec) {
               "%s: threads %d", desc, launch.threads);
     cr_expect(launch.dynamic_smem == (decode ? MLA__FQ_DECODE_SMEM
                                       : decode_mma ? MLA__FQ_DECODE_MMA_SMEM
+                                      : decode_sm90 ? MLA__FQ_DECODE_SM90_SMEM
                                       : prefill ? MLA__FQ_PREFILL_SMEM
                                       : prefill_mma ? MLA__FQ_PREFILL_MMA_SMEM(c->v[6], c->v[7],
                                                                                c->v[8], c->v[9])
@@ -161,6 +172,8 @@ Test(fakequant_compile, builders_refuse_bad_specs) {
         {"fakequant_decode", 4, {0, 0, -1, 0}}, {"fakequant_decode", 4, {0, 0, 0, 3}},
         {"fakequant_decode", 3, {0, 0, 0}}, {"fakequant_decode_mma", 4, {2, 0, 0, 0}},
         {"fakequant_decode_mma", 4, {0, 0, 3, 0}}, {"fakequant_decode_mma", 3, {0, 0, 0}},
+        {"fakequant_decode_sm90", 4, {2, 0, 0, 0}}, {"fakequant_decode_sm90", 4, {0, 0, 0, 3}},
+        {"fakequant_decode_sm90", 3, {0, 0, 0}},
         {"fakequant_decode_combine", 1, {3}},
         {"fakequant_prefill", 6, {2, 0, 0, 0, 0, 0}}, {"fakequant_prefill", 6, {0, 3, 0, 0, 0, 0}},
         {"fakequant_prefill", 6, {0, 0, 0, 0, 0, 6}}, {"fakequant_prefill", 6, {0, 0, 0, 0, 0, 9}},

@@ -5,10 +5,13 @@
  * and ones off the 16-grid (the open V tail), 2100..4500 (several CTA chunks of the tensor-core
  * decode), pages 16/32/64 in shuffled order, splits 1/3/32, H = 2 and 80, every out dtype.
  * Properties: the result of a request does not depend on the page size or on its batch mates (bit
- * for bit), and num_kv_splits never changes a no-quant result beyond fp32 rounding. Every test runs on both decode kernels: the tensor-core one (fakequant/decode_mma.cu,
- * the default for these shapes; "[mma]" in messages) and the exact fp32 one through a second
- * runtime created with MLAJIT_FAKEQUANT_DECODE=fp32 ("[fp32]"; read at runtime creation only);
- * after each run the runtime's kernel table must hold that kernel's kind and not the other's.
+ * for bit), and num_kv_splits never changes a no-quant result beyond fp32 rounding. Every test
+ * runs on four runtimes: the default one ("[default]": on sm_90a the wgmma kernel
+ * fakequant/decode_sm90.cu for the modes it runs by default, decode_mma.cu for the others), one
+ * created with MLAJIT_FAKEQUANT_DECODE=sm90 ("[sm90]": decode_sm90.cu for every mode), =mma
+ * ("[mma]": the mma.sync kernel fakequant/decode_mma.cu) and =fp32 ("[fp32]": the exact fp32
+ * kernel; the variable is read at runtime creation only); after each run the runtime's kernel
+ * table must hold the expected kind and neither other.
  * Reproduce a failure with MLAJIT_TEST_SEED=<seed from the message>. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
@@ -17,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/fakequant_kinds.h"
 #include "runtime/internal.h"
 #include "util/fakequant_case.h"
 
@@ -55,29 +59,47 @@ ParameterizedTestParameters(fakequant_decode_gpu, sweep) {
     return cr_make_param_array(mlt_fq_case, sweep, sizeof sweep / sizeof sweep[0]);
 }
 
-/* The two decode kernels: [0] the default runtime's, [1] $MLAJIT_FAKEQUANT_DECODE=fp32's. */
-enum { N_KERNELS = 2 };
-static const char *const kinds[N_KERNELS] = {"fakequant_decode_mma", "fakequant_decode"};
-static const char *const tags[N_KERNELS] = {"[mma]", "[fp32]"};
+/* The decode kernels: [0] the default runtime's (where the runtime compiles for sm_90a, and every
+ * case here has a page size that is a multiple of 8: decode_sm90.cu for the modes of
+ * mla__fq_sm90_default, decode_mma.cu for the others; decode_mma.cu elsewhere), [1]
+ * $MLAJIT_FAKEQUANT_DECODE=sm90's (decode_sm90.cu for every mode on sm_90a), [2] =mma's
+ * (decode_mma.cu), [3] =fp32's (decode.cu). */
+enum { N_KERNELS = 4, N_KINDS = 3 };
+static const char *const envs[N_KERNELS] = {NULL, "sm90", "mma", "fp32"};
+static const char *const all_kinds[N_KINDS] = {"fakequant_decode_sm90", "fakequant_decode_mma",
+                                               "fakequant_decode"};
+static const char *const tags[N_KERNELS] = {"[default]", "[sm90]", "[mma]", "[fp32]"};
 
-/* A GPU runtime for kernel `which` (MLAJIT_FAKEQUANT_DECODE unset or "fp32" at its creation, then
- * restored); skips the test without a GPU. */
+/* The kind kernel `which` of rt runs for case c. */
+static const char *kind_of(const mla_runtime *rt, int which, const mlt_fq_case *c) {
+    int sm90 = !strcmp(rt->arch, "sm_90a");
+    if (which == 0) return sm90 && mla__fq_sm90_default(c->k, c->v, c->p) ? all_kinds[0] : all_kinds[1];
+    if (which == 1) return sm90 ? all_kinds[0] : all_kinds[1];
+    return all_kinds[which - 1];
+}
+
+/* A GPU runtime for kernel `which` (MLAJIT_FAKEQUANT_DECODE unset, "sm90", "mma" or "fp32" at its
+ * creation, then restored); skips the test without a GPU. */
 static mla_runtime *gpu_or_skip(int which) {
     mla_runtime *rt = NULL;
-    int ok = mlt_gpu_runtime_env("MLAJIT_FAKEQUANT_DECODE", which ? "fp32" : NULL, &rt);
+    int ok = mlt_gpu_runtime_env("MLAJIT_FAKEQUANT_DECODE", envs[which], &rt);
     cr_assert(ok >= 0, "set or restore MLAJIT_FAKEQUANT_DECODE");
     if (!ok) cr_skip_test("no GPU");
-    cr_assert(rt->fakequant_decode_fp32 == which, "%s: the runtime's fakequant_decode_fp32 is %d",
-              tags[which], rt->fakequant_decode_fp32);
+    cr_assert(rt->fakequant_decode_sm90 == (which == 1) && rt->fakequant_decode_mma == (which == 2) &&
+              rt->fakequant_decode_fp32 == (which == 3), "%s: the runtime's fakequant_decode_sm90 / "
+              "mma / fp32 are %d / %d / %d", tags[which], rt->fakequant_decode_sm90,
+              rt->fakequant_decode_mma, rt->fakequant_decode_fp32);
     return rt;
 }
 
-/* The decodes rt ran were of kernel `which` only. */
-static void assert_kind(const mla_runtime *rt, int which, const char *name) {
-    int want = mlt_loaded_of_kind(rt, kinds[which]), other = mlt_loaded_of_kind(rt, kinds[!which]);
-    cr_assert(want >= 1 && other == 0, "%s %s: expected the decode to run %s only, the runtime "
-              "loaded %d %s and %d %s kernels", name, tags[which], kinds[which], want,
-              kinds[which], other, kinds[!which]);
+/* The decodes rt ran (all of case c's modes) were of kernel `which`'s kind only. */
+static void assert_kind(const mla_runtime *rt, int which, const mlt_fq_case *c, const char *name) {
+    const char *want = kind_of(rt, which, c);
+    for (int k = 0; k < N_KINDS; k++) {
+        int n = mlt_loaded_of_kind(rt, all_kinds[k]), is = !strcmp(all_kinds[k], want);
+        cr_assert(is ? n >= 1 : n == 0, "%s %s: expected the decode to run %s only, the runtime "
+                  "loaded %d %s kernels", name, tags[which], want, n, all_kinds[k]);
+    }
 }
 
 /* Compares request i's device result with its oracle; atol/rtol on out, 1e-3 on lse. */
@@ -114,7 +136,7 @@ ParameterizedTest(mlt_fq_case *c, fakequant_decode_gpu, sweep) {
         cr_assert(mlt_fq_make(c, seed, 4.0, &r, msg, sizeof msg) == 0, "%s: %s", c->name, msg);
         cr_assert(mlt_fq_device(rt, c, seed, &r, msg, sizeof msg) == 0, "%s %s seed %llu: %s",
                   c->name, tags[kd], (unsigned long long)seed, msg);
-        assert_kind(rt, kd, c->name);
+        assert_kind(rt, kd, c, c->name);
         for (int i = 0; i < c->batch; i++)
             expect_oracle(c, &r, i, quant ? 2e-2 : 5e-3, 5e-3, seed, tags[kd]);
         mlt_fq_free(&r);
@@ -142,7 +164,7 @@ Test(fakequant_decode_gpu, full_recipe_close_to_dense) {
         cr_assert(mlt_fq_make(&dense, seed, amp, &rd, msg, sizeof msg) == 0, "%s", msg);
         cr_assert(mlt_fq_device(rt, &c, seed, &r, msg, sizeof msg) == 0, "full recipe %s seed "
                   "%llu: %s", tags[kd], (unsigned long long)seed, msg);
-        assert_kind(rt, kd, c.name);
+        assert_kind(rt, kd, &c, c.name);
         size_t n = (size_t)c.heads * r.rank;
         double *out = malloc(n * sizeof *out), *lse = malloc((size_t)c.heads * sizeof *lse);
         cr_assert(out && lse, "host memory");
@@ -186,7 +208,7 @@ Test(fakequant_decode_gpu, invariant_to_page_size_and_batch) {
                   tags[kd], (unsigned long long)seed, msg);
         cr_assert(mlt_fq_device(rt, &b, seed, &rb, msg, sizeof msg) == 0, "batched %s seed %llu: "
                   "%s", tags[kd], (unsigned long long)seed, msg);
-        assert_kind(rt, kd, "invariant_to_page_size_and_batch");
+        assert_kind(rt, kd, &a, "invariant_to_page_size_and_batch");
         size_t n = (size_t)8 * ra.rank;
         cr_expect(memcmp(ra.out, rb.out, n * sizeof *ra.out) == 0, "%s seed %llu: request 0 out "
                   "differs between alone/page 64 and batched/page 16", tags[kd],
@@ -199,11 +221,13 @@ Test(fakequant_decode_gpu, invariant_to_page_size_and_batch) {
     }
 }
 
-/* Without quantization, splits 1 and 32 agree to fp32 rounding (each against the oracle too). */
+/* Without quantization, splits 1 and 32 agree to fp32 rounding (each against the oracle too);
+ * lengths 700 and 3000 (3000: more than one chunk of the tensor-core decodes at splits 32, one at
+ * splits 1). */
 Test(fakequant_decode_gpu, splits_only_reorder_no_quant) {
     uint64_t seed = mlt_seed();
     char msg[512];
-    mlt_fq_case c1 = {"no quant splits 1", 0, 0, 1, 8, {700}, 32, 1, N0, N0, N0, 0, 0, 0, 3, 1};
+    mlt_fq_case c1 = {"no quant splits 1", 0, 0, 2, 8, {700, 3000}, 32, 1, N0, N0, N0, 0, 0, 0, 3, 1};
     mlt_fq_case c32 = c1;
     c32.splits = 32;
     snprintf(c32.name, sizeof c32.name, "no quant splits 32");
@@ -216,12 +240,13 @@ Test(fakequant_decode_gpu, splits_only_reorder_no_quant) {
                   tags[kd], msg);
         cr_assert(mlt_fq_device(rt, &c32, seed, &r32, msg, sizeof msg) == 0, "%s %s: %s",
                   c32.name, tags[kd], msg);
-        assert_kind(rt, kd, "splits_only_reorder_no_quant");
-        for (size_t j = 0; j < (size_t)8 * r1.rank; j++)
+        assert_kind(rt, kd, &c1, "splits_only_reorder_no_quant");
+        for (size_t j = 0; j < (size_t)c1.batch * 8 * r1.rank; j++)
             cr_assert(fabs(r1.out[j] - r32.out[j]) <= 1e-5 + 1e-4 * fabs(r1.out[j]), "%s seed %llu: "
-                      "col %zu: splits 1 %.7g vs splits 32 %.7g", tags[kd],
-                      (unsigned long long)seed, j, r1.out[j], r32.out[j]);
-        expect_oracle(&c1, &r1, 0, 5e-3, 5e-3, seed, tags[kd]);
+                      "request %zu col %zu: splits 1 %.7g vs splits 32 %.7g", tags[kd],
+                      (unsigned long long)seed, j / (8 * r1.rank), j % (8 * r1.rank), r1.out[j],
+                      r32.out[j]);
+        for (int i = 0; i < c1.batch; i++) expect_oracle(&c1, &r1, i, 5e-3, 5e-3, seed, tags[kd]);
         mlt_fq_free(&r1), mlt_fq_free(&r32);
         mla_runtime_destroy(rt);
     }

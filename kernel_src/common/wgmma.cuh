@@ -89,6 +89,10 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 #define MLA_WGMMA_D32_OUTS                                                                         \
     MLA_WGMMA_D4(0), MLA_WGMMA_D4(1), MLA_WGMMA_D4(2), MLA_WGMMA_D4(3),                            \
     MLA_WGMMA_D4(4), MLA_WGMMA_D4(5), MLA_WGMMA_D4(6), MLA_WGMMA_D4(7)
+// The m64n32 forms' accumulator (16 registers).
+#define MLA_WGMMA_D16_REGS                                                                         \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define MLA_WGMMA_D16_OUTS MLA_WGMMA_D4(0), MLA_WGMMA_D4(1), MLA_WGMMA_D4(2), MLA_WGMMA_D4(3)
 #define MLA_WGMMA_D128_REGS                                                                        \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,\n"                     \
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,\n"            \
@@ -158,6 +162,56 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[8][4], const unsig
 #endif
 }
 #undef MLA_WGMMA_M64N64_RS
+
+// wgmma.mma_async.sync.aligned.m64n32k16.f32.{f16,bf16}: D[64 x 32] (+)= A[64 x 16] B[16 x 32],
+// A from shared memory (descriptor, K-major), B from shared memory, K-major (kTransB 0) or
+// N-major (1); scale_d 0: D = A B.
+#define MLA_WGMMA_M64N32_SS(TY)                                                                    \
+    asm volatile(                                                                                  \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                               \
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY "\n"                               \
+        MLA_WGMMA_D16_REGS ",\n"                                                                   \
+        "%16, %17, p, 1, 1, 0, %19;\n}\n"                                                          \
+        : MLA_WGMMA_D16_OUTS                                                                       \
+        : "l"(a_desc), "l"(b_desc), "r"(scale_d), "n"(kTransB))
+template <bool kF16, int kTransB>
+__device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[4][4], unsigned long long a_desc,
+                                                  unsigned long long b_desc, int scale_d) {
+#if MLA_WGMMA_ENABLED
+    if constexpr (kF16)
+        MLA_WGMMA_M64N32_SS("f16");
+    else
+        MLA_WGMMA_M64N32_SS("bf16");
+#else
+    __trap();
+#endif
+}
+#undef MLA_WGMMA_M64N32_SS
+
+// wgmma.mma_async.sync.aligned.m64n32k16.f32.{f16,bf16}: D[64 x 32] (+)= A[64 x 16] B[16 x 32],
+// A from registers (the fragment of the m64n64 RS form), B from shared memory, K-major
+// (kTransB 0) or N-major (1); scale_d 0: D = A B.
+#define MLA_WGMMA_M64N32_RS(TY)                                                                    \
+    asm volatile(                                                                                  \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"                                               \
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY "\n"                               \
+        MLA_WGMMA_D16_REGS ",\n"                                                                   \
+        "{%16, %17, %18, %19}, %20, p, 1, 1, %22;\n}\n"                                            \
+        : MLA_WGMMA_D16_OUTS                                                                       \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(scale_d), "n"(kTransB))
+template <bool kF16, int kTransB>
+__device__ __forceinline__ void wgmma_m64n32k16_rs(float (&d)[4][4], const unsigned (&a)[4],
+                                                  unsigned long long b_desc, int scale_d) {
+#if MLA_WGMMA_ENABLED
+    if constexpr (kF16)
+        MLA_WGMMA_M64N32_RS("f16");
+    else
+        MLA_WGMMA_M64N32_RS("bf16");
+#else
+    __trap();
+#endif
+}
+#undef MLA_WGMMA_M64N32_RS
 
 // wgmma.mma_async.sync.aligned.m64n256k16.f32.{f16,bf16}: D[64 x 256] (+)= A[64 x 16] B[16 x 256],
 // A from shared memory (descriptor, K-major), B from shared memory, K-major (kTransB 0) or
@@ -264,6 +318,8 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 }
 
 #undef MLA_WGMMA_D4
+#undef MLA_WGMMA_D16_REGS
+#undef MLA_WGMMA_D16_OUTS
 #undef MLA_WGMMA_D32_REGS
 #undef MLA_WGMMA_D32_OUTS
 #undef MLA_WGMMA_D128_REGS

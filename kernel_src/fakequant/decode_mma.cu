@@ -264,6 +264,46 @@ __device__ __forceinline__ void quantize_tile(const MmaDecodeParams &p, const un
     }
 }
 
+// Features f, f + 1 of q row h of request b as a 16-bit pair (0 for h past the heads); an fp32 q
+// is rounded to 16 bits, and inexact set when a value is not exact there.
+template <bool kF16>
+__device__ __forceinline__ unsigned q_pair(const MmaDecodeParams &p, int b, int h, int f,
+                                           bool &inexact) {
+    if (h >= p.heads) return 0u;
+    const long long base = (long long)b * p.q_stride_b + (long long)h * p.q_stride_h + f;
+    if (p.q_fp32) {
+        const float *qf = static_cast<const float *>(p.q) + base;
+        const float x0 = qf[0], x1 = qf[1];
+        const unsigned w = pack2<kF16>(x0, x1);
+        inexact |= h2f<kF16>(w) != x0 || h2f<kF16>(w >> 16) != x1;
+        return w;
+    }
+    const unsigned short *qh = static_cast<const unsigned short *>(p.q) + base;
+    return qh[0] | ((unsigned)qh[1] << 16);
+}
+
+// Chunk c (8 features) of q row h of request b as 16-bit pairs (q_pair).
+template <bool kF16>
+__device__ __forceinline__ uint4 q_chunk(const MmaDecodeParams &p, int b, int h, int c,
+                                         bool &inexact) {
+    unsigned w[4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) w[e] = q_pair<kF16>(p, b, h, c * 8 + 2 * e, inexact);
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// The A fragment (mma.sync m16n8k16 / wgmma register layout) of the residuals q - fl16(q) at
+// features f, f + 1, f + 8, f + 9 of the fp32 q rows qa (fragment rows r) and qb (r + 8), each
+// times za / zb (0 for a row past the heads).
+template <bool kF16>
+__device__ __forceinline__ void q_lo_frag(const float *qa, const float *qb, float za, float zb,
+                                          int f, unsigned (&a)[4]) {
+    a[0] = pack2<kF16>(za * lo_part<kF16>(qa[f]), za * lo_part<kF16>(qa[f + 1]));
+    a[1] = pack2<kF16>(zb * lo_part<kF16>(qb[f]), zb * lo_part<kF16>(qb[f + 1]));
+    a[2] = pack2<kF16>(za * lo_part<kF16>(qa[f + 8]), za * lo_part<kF16>(qa[f + 9]));
+    a[3] = pack2<kF16>(zb * lo_part<kF16>(qb[f + 8]), zb * lo_part<kF16>(qb[f + 9]));
+}
+
 template <bool kF16, int kK, int kV, int kP>
 __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(const MmaDecodeParams p) {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -317,25 +357,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(const MmaDecode
     // Q rows of heads h0.. (16-bit; fp32 q rounded, with the vote on exactness).
     bool inexact = false;
     for (int i = tid; i < kHeads * kChunks; i += kThreads) {
-        const int r = i / kChunks, c = i - r * kChunks, h = h0 + r;
-        unsigned w[4] = {0u, 0u, 0u, 0u};
-        if (h < p.heads) {
-            const long long base = (long long)b * p.q_stride_b + (long long)h * p.q_stride_h + c * 8;
-            if (p.q_fp32) {
-                const float *qf = static_cast<const float *>(p.q) + base;
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const float x0 = qf[2 * e], x1 = qf[2 * e + 1];
-                    w[e] = pack2<kF16>(x0, x1);
-                    inexact |= h2f<kF16>(w[e]) != x0 || h2f<kF16>(w[e] >> 16) != x1;
-                }
-            } else {
-                const unsigned short *qh = static_cast<const unsigned short *>(p.q) + base;
-#pragma unroll
-                for (int e = 0; e < 4; e++) w[e] = qh[2 * e] | ((unsigned)qh[2 * e + 1] << 16);
-            }
-        }
-        *reinterpret_cast<uint4 *>(q_s + swz(r, c, kRowB)) = make_uint4(w[0], w[1], w[2], w[3]);
+        const int r = i / kChunks, c = i - r * kChunks;
+        *reinterpret_cast<uint4 *>(q_s + swz(r, c, kRowB)) = q_chunk<kF16>(p, b, h0 + r, c, inexact);
     }
     const bool need_lo = __syncthreads_or(inexact) != 0;
 
@@ -399,12 +422,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_mma_kernel(const MmaDecode
             const float *qb = qf + (long long)(hb < p.heads ? hb : 0) * p.q_stride_h;
             const float za = ha < p.heads ? 1.f : 0.f, zb = hb < p.heads ? 1.f : 0.f;
             for (int kk = 0; kk < kD / 16; kk++) {
-                const int f = kk * 16 + f0;
                 unsigned a[4], bb[4];
-                a[0] = pack2<kF16>(za * lo_part<kF16>(qa[f]), za * lo_part<kF16>(qa[f + 1]));
-                a[1] = pack2<kF16>(zb * lo_part<kF16>(qb[f]), zb * lo_part<kF16>(qb[f + 1]));
-                a[2] = pack2<kF16>(za * lo_part<kF16>(qa[f + 8]), za * lo_part<kF16>(qa[f + 9]));
-                a[3] = pack2<kF16>(zb * lo_part<kF16>(qb[f + 8]), zb * lo_part<kF16>(qb[f + 9]));
+                q_lo_frag<kF16>(qa, qb, za, zb, kk * 16 + f0, a);
                 ldmatrix_x4(k_a + swz(kr, 2 * kk + ((lane >> 3) & 1), kRowB), bb);
                 mma_m16n8k16<kF16>(sc[0], a, bb[0], bb[1]);
                 mma_m16n8k16<kF16>(sc[1], a, bb[2], bb[3]);
