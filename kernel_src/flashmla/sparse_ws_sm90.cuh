@@ -78,18 +78,7 @@ enum : int { kBarSReady = 1, kBarSFree = 2, kBarLReady = 3, kBarQ = 4 };
 constexpr int kRegs0 = 208, kRegs1 = 168, kRegsP = 128;  // kRegs1: as launched
 static_assert(kRegs0 + kRegs1 + kRegsP <= 3 * 168, "the registers the CTA was launched with");
 
-template <int N>
-__device__ __forceinline__ void setmaxnreg_inc() {
-#if MLA_WGMMA_ENABLED
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
-#endif
-}
-template <int N>
-__device__ __forceinline__ void setmaxnreg_dec() {
-#if MLA_WGMMA_ENABLED
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
-#endif
-}
+// setmaxnreg_inc / setmaxnreg_dec: common/wgmma.cuh.
 
 // mbarrier.arrive.shared::cta.b64 (release): one arrival.
 __device__ __forceinline__ void mbar_arrive(unsigned bar) {
