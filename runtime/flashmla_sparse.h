@@ -21,13 +21,13 @@ mla_status mla__flashmla_sparse_prefill_build(const struct mla__spec *spec, char
                                               size_t size, struct mla__launch_info *launch);
 /* The sm_90a wgmma kinds (no params; kernel_src/flashmla/sparse_decode_sm90.cu,
  * sparse_prefill_sm90.cu), launched on sm_90a only, on a flat grid (tokens * ceil(h_q / 64)):
- *   "flashmla_sparse_decode_sm90"    two-warpgroup ping-pong kernel (sparse_sm90.cuh)
+ *   "flashmla_sparse_decode_sm90"    two-warpgroup ping-pong kernel (sparse_sm90.cuh; the
+ *                                    default at h_q <= 64)
  *   "flashmla_sparse_decode_sm90x2"  warp-specialized kernel (sparse_ws_sm90.cuh), the two head
  *                                    blocks of a token (h_q > 64) in a cluster of 2 sharing the
- *                                    converted tiles, cluster-scope barrier semantics
- *                                    (comparison; validated on the GPU)
- *   "flashmla_sparse_decode_sm90x2c" the same with CTA-scope waits and peer arrivals (comparison;
- *                                    not yet run on a GPU)
+ *                                    converted tiles, cluster-scope barrier semantics (comparison)
+ *   "flashmla_sparse_decode_sm90x2c" the same with CTA-scope waits and peer arrivals, as
+ *                                    CUTLASS's cluster pipelines (the default at h_q > 64)
  *   "flashmla_sparse_decode_sm90ws"  warp-specialized kernel, one CTA per head block (comparison)
  *   "flashmla_sparse_prefill_sm90"   warp-specialized kernel (d_qk 576)
  *   "flashmla_sparse_prefill_sm90pp" ping-pong kernel (comparison) */
@@ -49,10 +49,11 @@ mla_status mla__flashmla_sparse_prefill_sm90pp_build(const struct mla__spec *spe
                                                      struct mla__launch_info *launch);
 /* The kind a sparse call on arch runs: on sm_90a the sm_90a kind (the prefill for d_qk 576 only)
  * unless force is "portable" (the runtime's $MLAJIT_FLASHMLA_DECODE choice, read at
- * mla_runtime_create; may be NULL), else the portable kind. force "pingpong" (every sm_90a sparse
- * call on the ping-pong kernels), "ws" (on the one-CTA warp-specialized ones), "x2" or "x2c" (the
- * decode at h_q > 64 on the CTA pair, cluster- or CTA-scope): $MLAJIT_FLASHMLA_SPARSE_SM90, for
- * comparisons. prefill: 0 decode, 1 prefill. */
+ * mla_runtime_create; may be NULL), else the portable kind. The decode at h_q > 64 runs the CTA
+ * pair with CTA-scope barriers (x2c), at h_q <= 64 the ping-pong kernel. force "pingpong" (every
+ * sm_90a sparse call on the ping-pong kernels), "ws" (on the one-CTA warp-specialized ones), "x2"
+ * (the decode at h_q > 64 on the CTA pair with cluster-scope barriers), "x2c" (the default):
+ * $MLAJIT_FLASHMLA_SPARSE_SM90, for comparisons. prefill: 0 decode, 1 prefill. */
 const char *mla__flashmla_sparse_kind(const char *arch, int prefill, int d_qk, int h_q,
                                       const char *force);
 /* The builder of a kind without parameters: checks that spec has none (note is added to the

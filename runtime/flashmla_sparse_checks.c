@@ -11,14 +11,16 @@ const char *mla__flashmla_sparse_kind(const char *arch, int prefill, int d_qk, i
                                       const char *force) {
     int portable = force && !strcmp(force, "portable");
     int pingpong = force && !strcmp(force, "pingpong"), ws = force && !strcmp(force, "ws");
-    int x2 = force && !strcmp(force, "x2"), x2c = force && !strcmp(force, "x2c");
+    int x2 = force && !strcmp(force, "x2");
     const char *sm90 = prefill ? "flashmla_sparse_prefill_sm90" : "flashmla_sparse_decode_sm90";
     const mla__kernel_kind *kind = mla__kernel_kind_find(sm90);
     if (!portable && !strcmp(arch, kind->only_arch) && (!prefill || d_qk == 576)) {
         if (prefill) return pingpong ? "flashmla_sparse_prefill_sm90pp" : sm90;
         if (ws) return "flashmla_sparse_decode_sm90ws";
-        if (x2 && h_q > MLA__FLASHMLA_SPARSE_BLOCK_M) return "flashmla_sparse_decode_sm90x2";
-        if (x2c && h_q > MLA__FLASHMLA_SPARSE_BLOCK_M) return "flashmla_sparse_decode_sm90x2c";
+        /* h_q > 64: the CTA pair with CTA-scope barriers by default (measured 8 % faster than the
+         * ping-pong kernel, docs/perf-notes.md "Sparse: the CTA pair as the default") */
+        if (h_q > MLA__FLASHMLA_SPARSE_BLOCK_M && !pingpong)
+            return x2 ? "flashmla_sparse_decode_sm90x2" : "flashmla_sparse_decode_sm90x2c";
         return sm90;
     }
     return prefill ? "flashmla_sparse_prefill" : "flashmla_sparse_decode";

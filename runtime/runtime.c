@@ -183,7 +183,7 @@ static void resolve_flashmla_sparse_prefetch(mla_runtime *rt) {
 /* $MLAJIT_FLASHMLA_SPARSE_SM90, read here once: "pingpong" runs every sm_90a sparse call on the
  * two-warpgroup ping-pong kernels, "ws" on the one-CTA warp-specialized ones, "x2" / "x2c" the
  * decode at h_q > 64 on the warp-specialized CTA pair with cluster- / CTA-scope barrier semantics
- * (comparisons with the defaults, docs/perf-notes.md);
+ * (x2c is also the default there; comparisons with the defaults, docs/perf-notes.md);
  * unset: the defaults (mla__flashmla_sparse_kind). */
 static void resolve_flashmla_sparse_sm90(mla_runtime *rt) {
     const char *v = env("MLAJIT_FLASHMLA_SPARSE_SM90");

@@ -262,14 +262,14 @@ Test(cli, bench_without_gpu_exits_1) {
     cr_expect(strstr(out, "GPU") != NULL, "bench without a GPU: expected a message, got '%s'", out);
 }
 
-/* The sparse preset compiles for sm_100a with its two sm_90a-only kinds skipped (no GPU needed). */
+/* The sparse preset compiles for sm_100a with its three sm_90a-only kinds skipped (no GPU needed). */
 Test(cli, precompile_sparse_preset_skips_sm90_kinds_elsewhere) {
     int specs, archs, compiled, cached, failed;
     cr_assert_eq(run_cli("precompile --preset flashmla-sparse --arch sm_100a --jobs 2"), 0,
                  "precompile --preset flashmla-sparse --arch sm_100a: '%s'", out);
     cr_assert(summary(&specs, &archs, &compiled, &cached, &failed), "no summary in '%s'", out);
-    cr_expect(specs == 5 && archs == 1 && failed == 0 && compiled + cached == 3,
-              "flashmla-sparse for sm_100a: expected 5 specs, 3 built (2 sm_90a-only skipped), "
+    cr_expect(specs == 6 && archs == 1 && failed == 0 && compiled + cached == 3,
+              "flashmla-sparse for sm_100a: expected 6 specs, 3 built (3 sm_90a-only skipped), "
               "got '%s'", out);
 }
 

@@ -118,7 +118,8 @@ Test(flashmla_sparse_compile, kind_choice) {
     struct { const char *arch; int prefill, d_qk, h_q; const char *force, *want; } k[] = {
         {"sm_90a", 0, 0, 64, NULL, "flashmla_sparse_decode_sm90"},
         {"sm_90a", 0, 0, 16, NULL, "flashmla_sparse_decode_sm90"},
-        {"sm_90a", 0, 0, 128, NULL, "flashmla_sparse_decode_sm90"},
+        {"sm_90a", 0, 0, 128, NULL, "flashmla_sparse_decode_sm90x2c"},
+        {"sm_90a", 0, 0, 65, NULL, "flashmla_sparse_decode_sm90x2c"},
         {"sm_90a", 0, 0, 128, "x2", "flashmla_sparse_decode_sm90x2"},
         {"sm_90a", 0, 0, 64, "x2", "flashmla_sparse_decode_sm90"},
         {"sm_90a", 1, 576, 128, "x2", "flashmla_sparse_prefill_sm90"},

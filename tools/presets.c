@@ -64,13 +64,14 @@ static const char *const flashmla_decode[] = {
 };
 
 /* FlashMLA-compatible sparse decode (fp8 656-byte rows) and sparse prefill (d_qk 576 and 512):
- * the portable kernels and the sm_90a wgmma ones (decode; prefill at d_qk 576; compiled for
- * sm_90a only, the one target they run on). */
+ * the portable kernels and the sm_90a wgmma ones (decode at h_q <= 64 and, on the CTA pair, > 64;
+ * prefill at d_qk 576; compiled for sm_90a only, the one target they run on). */
 static const char *const flashmla_sparse[] = {
     "{\"kernel\": \"flashmla_sparse_decode\"}",
     "{\"kernel\": \"flashmla_sparse_prefill\", \"d_qk\": 576}",
     "{\"kernel\": \"flashmla_sparse_prefill\", \"d_qk\": 512}",
     "{\"kernel\": \"flashmla_sparse_decode_sm90\"}",
+    "{\"kernel\": \"flashmla_sparse_decode_sm90x2c\"}",
     "{\"kernel\": \"flashmla_sparse_prefill_sm90\"}",
     NULL,
 };
