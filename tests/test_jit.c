@@ -381,6 +381,108 @@ Test(jit_runtime, flashmla_decode_env_read_at_create) {
     mla_runtime_destroy(plain);
 }
 
+/* Warnings naming the variable switch_env_name, and the last one. */
+static const char *switch_env_name;
+static int switch_env_warnings;
+static char switch_env_msg[512];
+static void record_switch_env(void *user, mla_log_level level, const char *msg) {
+    if (level != MLA_LOG_WARN || !strstr(msg, switch_env_name)) return;
+    switch_env_warnings++;
+    snprintf(switch_env_msg, sizeof switch_env_msg, "%s", msg);
+}
+
+/* The kernel switches a runtime read from the environment at creation, as one string. */
+static void switch_string(char *out, size_t size, int fd, int fpp, int warps, int rows, int d32,
+                          int dmma, int d90, int pf, const char *sp) {
+    snprintf(out, size, "flashmla_decode_portable %d fakequant_prefill_portable %d warps %d rows %d "
+             "fakequant_decode fp32 %d mma %d sm90 %d sparse_prefetch %d sparse_sm90 %s", fd, fpp,
+             warps, rows, d32, dmma, d90, pf, sp ? sp : "(default)");
+}
+
+/* Every kernel switch of the environment, every value it takes and a bad one: a no_device runtime
+ * created with only that variable set has exactly the switch the value names (every other one at
+ * its default), and a bad value gives one warning that names the variable, the value and every
+ * accepted value. */
+Test(jit_runtime, every_switch_env_read_at_create) {
+    static const char *const vars[] = {"MLAJIT_FLASHMLA_DECODE", "MLAJIT_FAKEQUANT_PREFILL",
+                                       "MLAJIT_FAKEQUANT_DECODE", "MLAJIT_FLASHMLA_SPARSE_PREFETCH",
+                                       "MLAJIT_FLASHMLA_SPARSE_SM90"};
+    static const char *const accepted[][5] = {
+        {"portable"}, {"portable", "mma4", "mma8", "mma32"}, {"fp32", "mma", "sm90"}, {"0", "1"},
+        {"pingpong", "ws", "x2", "x2c"}};
+    static const struct {
+        int var;
+        const char *value;
+        int fd, fpp, warps, rows, d32, dmma, d90, pf;
+        const char *sp;
+        int warns;
+    } rows[] = {
+        {0, "portable", 1, 0, 0, 0, 0, 0, 0, 0, NULL, 0},
+        {0, "mma", 0, 0, 0, 0, 0, 0, 0, 0, NULL, 1},
+        {1, "portable", 0, 1, 0, 0, 0, 0, 0, 0, NULL, 0},
+        {1, "mma4", 0, 0, 4, 16, 0, 0, 0, 0, NULL, 0},
+        {1, "mma8", 0, 0, 8, 16, 0, 0, 0, 0, NULL, 0},
+        {1, "mma32", 0, 0, 4, 32, 0, 0, 0, 0, NULL, 0},
+        {1, "mma16", 0, 0, 0, 0, 0, 0, 0, 0, NULL, 1},
+        {2, "fp32", 0, 0, 0, 0, 1, 0, 0, 0, NULL, 0},
+        {2, "mma", 0, 0, 0, 0, 0, 1, 0, 0, NULL, 0},
+        {2, "sm90", 0, 0, 0, 0, 0, 0, 1, 0, NULL, 0},
+        {2, "portable", 0, 0, 0, 0, 0, 0, 0, 0, NULL, 1},
+        {3, "1", 0, 0, 0, 0, 0, 0, 0, 1, NULL, 0},
+        {3, "0", 0, 0, 0, 0, 0, 0, 0, 0, NULL, 0},
+        {3, "yes", 0, 0, 0, 0, 0, 0, 0, 0, NULL, 1},
+        {4, "pingpong", 0, 0, 0, 0, 0, 0, 0, 0, "pingpong", 0},
+        {4, "ws", 0, 0, 0, 0, 0, 0, 0, 0, "ws", 0},
+        {4, "x2", 0, 0, 0, 0, 0, 0, 0, 0, "x2", 0},
+        {4, "x2c", 0, 0, 0, 0, 0, 0, 0, 0, "x2c", 0},
+        {4, "x3", 0, 0, 0, 0, 0, 0, 0, 0, NULL, 1},
+    };
+    for (size_t v = 0; v < sizeof vars / sizeof vars[0]; v++)
+        cr_assert_eq(unsetenv(vars[v]), 0, "unsetenv %s", vars[v]);
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        const char *var = vars[rows[i].var];
+        cr_assert_eq(setenv(var, rows[i].value, 1), 0, "setenv %s", var);
+        mla_options o;
+        mla_options_init(&o);
+        o.no_device = 1;
+        o.arch = "sm_90a";
+        o.cache_dir = "";
+        o.log = record_switch_env;
+        switch_env_name = var;
+        switch_env_warnings = 0;
+        switch_env_msg[0] = '\0';
+        mla_runtime *rt = NULL;
+        mla_status s = mla_runtime_create(&o, &rt);
+        cr_assert_eq(unsetenv(var), 0, "unsetenv %s", var);
+        cr_assert_eq(s, MLA_OK, "%s=%s: mla_runtime_create: %s", var, rows[i].value,
+                     mla_last_error());
+        char got_state[256], want_state[256];
+        switch_string(got_state, sizeof got_state, rt->flashmla_decode_portable,
+                      rt->fakequant_prefill_portable, rt->fakequant_prefill_warps,
+                      rt->fakequant_prefill_rows, rt->fakequant_decode_fp32,
+                      rt->fakequant_decode_mma, rt->fakequant_decode_sm90,
+                      rt->flashmla_sparse_prefetch, rt->flashmla_sparse_sm90);
+        switch_string(want_state, sizeof want_state, rows[i].fd, rows[i].fpp, rows[i].warps,
+                      rows[i].rows, rows[i].d32, rows[i].dmma, rows[i].d90, rows[i].pf,
+                      rows[i].sp);
+        cr_expect_str_eq(got_state, want_state, "%s=%s: got %s, expected %s", var, rows[i].value,
+                         got_state, want_state);
+        cr_expect_eq(switch_env_warnings, rows[i].warns, "%s=%s: %d warnings, expected %d (last: "
+                     "%s)", var, rows[i].value, switch_env_warnings, rows[i].warns, switch_env_msg);
+        if (rows[i].warns) {
+            cr_expect(strstr(switch_env_msg, rows[i].value) != NULL,
+                      "the warning names the value: %s", switch_env_msg);
+            for (int a = 0; a < 5 && accepted[rows[i].var][a]; a++) {
+                char quoted[32];
+                snprintf(quoted, sizeof quoted, "\"%s\"", accepted[rows[i].var][a]);
+                cr_expect(strstr(switch_env_msg, quoted) != NULL,
+                          "the warning names the accepted value %s: %s", quoted, switch_env_msg);
+            }
+        }
+        mla_runtime_destroy(rt);
+    }
+}
+
 Test(jit_runtime, status_strings) {
     cr_expect_str_eq(mla_status_string(MLA_OK), "success", "MLA_OK");
     cr_expect_str_eq(mla_status_string(MLA_ERR_NO_DEVICE), "no CUDA driver or device", "NO_DEVICE");
