@@ -126,75 +126,74 @@ static mla_status open_device(mla_runtime *rt) {
     return MLA_OK;
 }
 
-/* $MLAJIT_FLASHMLA_DECODE, read here once so that no call reads the environment: "portable"
- * forces the portable dense decode kernel; any other value is ignored with a warning. */
+/* The kernel switches of the environment, read here once so that no call reads it: the index in
+ * values (n of them) of the value of the variable name; -1 when it is unset or empty, or names
+ * none of them (then one warning naming the variable, the value and every accepted one). */
+static int env_choice(mla_runtime *rt, const char *name, const char *const *values, int n) {
+    const char *v = env(name);
+    if (!v) return -1;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(v, values[i])) return i;
+    char list[192] = "";
+    size_t len = 0;
+    for (int i = 0; i < n && len < sizeof list; i++)
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s\"%s\"", i ? ", " : "",
+                                values[i]);
+    mla__log(rt, MLA_LOG_WARN, "%s: expected %s or unset, got \"%s\": ignored", name, list, v);
+    return -1;
+}
+#define ENV_CHOICE(rt, name, values) \
+    env_choice(rt, name, values, (int)(sizeof values / sizeof values[0]))
+
+/* $MLAJIT_FLASHMLA_DECODE: "portable" forces the portable dense decode kernel (and the portable
+ * sparse kernels). */
 static void resolve_flashmla_decode(mla_runtime *rt) {
-    const char *v = env("MLAJIT_FLASHMLA_DECODE");
-    rt->flashmla_decode_portable = v && !strcmp(v, "portable");
-    if (v && !rt->flashmla_decode_portable)
-        mla__log(rt, MLA_LOG_WARN, "MLAJIT_FLASHMLA_DECODE: expected \"portable\" or unset, got "
-                 "\"%s\": ignored", v);
+    static const char *const values[] = {"portable"};
+    rt->flashmla_decode_portable = ENV_CHOICE(rt, "MLAJIT_FLASHMLA_DECODE", values) == 0;
 }
 
-/* $MLAJIT_FAKEQUANT_PREFILL, read here once: "portable" runs the fake-quant prefill on the fp32
- * kernel even where a tensor-core one applies; "mma4", "mma8" and "mma32" run the mma.sync
- * kernel (instead of the wgmma one on sm_90a) with that CTA (4 or 8 warps of 16 rows, 4 warps of
- * 32 rows; unset: 8 x 16) (comparisons); any other value is ignored with a warning. */
+/* $MLAJIT_FAKEQUANT_PREFILL: "portable" runs the fake-quant prefill on the fp32 kernel even where
+ * a tensor-core one applies; "mma4", "mma8" and "mma32" run the mma.sync kernel (instead of the
+ * wgmma one on sm_90a) with that CTA (4 or 8 warps of 16 rows, 4 warps of 32 rows; unset: 8 x 16)
+ * (comparisons). */
 static void resolve_fakequant_prefill(mla_runtime *rt) {
-    static const struct { const char *name; int warps, rows; } ctas[] = {
-        {"mma4", 4, 16}, {"mma8", 8, 16}, {"mma32", 4, 32}};
-    const char *v = env("MLAJIT_FAKEQUANT_PREFILL");
-    rt->fakequant_prefill_portable = v && !strcmp(v, "portable");
-    rt->fakequant_prefill_warps = rt->fakequant_prefill_rows = 0;
-    for (size_t i = 0; v && i < sizeof ctas / sizeof ctas[0]; i++)
-        if (!strcmp(v, ctas[i].name))
-            rt->fakequant_prefill_warps = ctas[i].warps, rt->fakequant_prefill_rows = ctas[i].rows;
-    if (v && !rt->fakequant_prefill_portable && !rt->fakequant_prefill_warps)
-        mla__log(rt, MLA_LOG_WARN, "MLAJIT_FAKEQUANT_PREFILL: expected \"portable\", \"mma4\", "
-                 "\"mma8\", \"mma32\" or unset, got \"%s\": ignored", v);
+    static const char *const values[] = {"portable", "mma4", "mma8", "mma32"};
+    static const int warps[] = {0, 4, 8, 4}, rows[] = {0, 16, 16, 32};
+    const int c = ENV_CHOICE(rt, "MLAJIT_FAKEQUANT_PREFILL", values);
+    rt->fakequant_prefill_portable = c == 0;
+    rt->fakequant_prefill_warps = c < 0 ? 0 : warps[c];
+    rt->fakequant_prefill_rows = c < 0 ? 0 : rows[c];
 }
 
-/* $MLAJIT_FAKEQUANT_DECODE, read here once: "fp32" forces the fake-quant decode's exact fp32 FMA
- * kernel (fakequant/decode.cu) where a tensor-core one would run, "mma" the portable tensor-core
- * kernel (fakequant/decode_mma.cu) where the sm_90a one would, "sm90" the sm_90a kernel
- * (fakequant/decode_sm90.cu) wherever it applies, whatever the modes; other values are ignored
- * with a warning. */
+/* $MLAJIT_FAKEQUANT_DECODE: "fp32" forces the fake-quant decode's exact fp32 FMA kernel
+ * (fakequant/decode.cu) where a tensor-core one would run, "mma" the portable tensor-core kernel
+ * (fakequant/decode_mma.cu) where the sm_90a one would, "sm90" the sm_90a kernel
+ * (fakequant/decode_sm90.cu) wherever it applies, whatever the modes. */
 static void resolve_fakequant_decode(mla_runtime *rt) {
-    const char *v = env("MLAJIT_FAKEQUANT_DECODE");
-    rt->fakequant_decode_fp32 = v && !strcmp(v, "fp32");
-    rt->fakequant_decode_mma = v && !strcmp(v, "mma");
-    rt->fakequant_decode_sm90 = v && !strcmp(v, "sm90");
-    if (v && !rt->fakequant_decode_fp32 && !rt->fakequant_decode_mma && !rt->fakequant_decode_sm90)
-        mla__log(rt, MLA_LOG_WARN, "MLAJIT_FAKEQUANT_DECODE: expected \"fp32\", \"mma\", \"sm90\" "
-                 "or unset, got \"%s\": ignored", v);
+    static const char *const values[] = {"fp32", "mma", "sm90"};
+    const int c = ENV_CHOICE(rt, "MLAJIT_FAKEQUANT_DECODE", values);
+    rt->fakequant_decode_fp32 = c == 0;
+    rt->fakequant_decode_mma = c == 1;
+    rt->fakequant_decode_sm90 = c == 2;
 }
 
-/* $MLAJIT_FLASHMLA_SPARSE_PREFETCH, read here once: "1" turns on the L2 prefetch of gathered
- * rows in the sm_90a sparse decode and prefill (measured slower on the H200, docs/perf-notes.md;
- * kept for comparisons); "0" or unset leaves it off. */
+/* $MLAJIT_FLASHMLA_SPARSE_PREFETCH: "1" turns on the L2 prefetch of gathered rows in the sm_90a
+ * sparse decode and prefill (measured slower on the H200, docs/perf-notes.md; kept for
+ * comparisons); "0" or unset leaves it off. */
 static void resolve_flashmla_sparse_prefetch(mla_runtime *rt) {
-    const char *v = env("MLAJIT_FLASHMLA_SPARSE_PREFETCH");
-    rt->flashmla_sparse_prefetch = v && !strcmp(v, "1");
-    if (v && strcmp(v, "0") && strcmp(v, "1"))
-        mla__log(rt, MLA_LOG_WARN, "MLAJIT_FLASHMLA_SPARSE_PREFETCH: expected \"0\", \"1\" or "
-                 "unset, got \"%s\": ignored", v);
+    static const char *const values[] = {"0", "1"};
+    rt->flashmla_sparse_prefetch = ENV_CHOICE(rt, "MLAJIT_FLASHMLA_SPARSE_PREFETCH", values) == 1;
 }
 
-/* $MLAJIT_FLASHMLA_SPARSE_SM90, read here once: "pingpong" runs every sm_90a sparse call on the
- * two-warpgroup ping-pong kernels, "ws" on the one-CTA warp-specialized ones, "x2" / "x2c" the
- * decode at h_q > 64 on the warp-specialized CTA pair with cluster- / CTA-scope barrier semantics
- * (x2c is also the default there; comparisons with the defaults, docs/perf-notes.md);
- * unset: the defaults (mla__flashmla_sparse_kind). */
+/* $MLAJIT_FLASHMLA_SPARSE_SM90: "pingpong" runs every sm_90a sparse call on the two-warpgroup
+ * ping-pong kernels, "ws" on the one-CTA warp-specialized ones, "x2" / "x2c" the decode at
+ * h_q > 64 on the warp-specialized CTA pair with cluster- / CTA-scope barrier semantics (x2c is
+ * also the default there; comparisons with the defaults, docs/perf-notes.md); unset: the
+ * defaults (mla__flashmla_sparse_kind). */
 static void resolve_flashmla_sparse_sm90(mla_runtime *rt) {
-    const char *v = env("MLAJIT_FLASHMLA_SPARSE_SM90");
-    rt->flashmla_sparse_sm90 = NULL;
-    if (v && !strcmp(v, "pingpong")) rt->flashmla_sparse_sm90 = "pingpong";
-    else if (v && !strcmp(v, "ws")) rt->flashmla_sparse_sm90 = "ws";
-    else if (v && !strcmp(v, "x2")) rt->flashmla_sparse_sm90 = "x2";
-    else if (v && !strcmp(v, "x2c")) rt->flashmla_sparse_sm90 = "x2c";
-    else if (v)
-        mla__log(rt, MLA_LOG_WARN, "MLAJIT_FLASHMLA_SPARSE_SM90: expected \"pingpong\", \"ws\", "
-                 "\"x2\", \"x2c\" or unset, got \"%s\": ignored", v);
+    static const char *const values[] = {"pingpong", "ws", "x2", "x2c"};
+    const int c = ENV_CHOICE(rt, "MLAJIT_FLASHMLA_SPARSE_SM90", values);
+    rt->flashmla_sparse_sm90 = c < 0 ? NULL : values[c];
 }
 
 /* Copies the options and resolves what they leave to the environment. */
