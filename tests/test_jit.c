@@ -316,34 +316,38 @@ Test(jit_runtime, bad_options_are_rejected) {
     cr_expect_eq(mla_runtime_create(NULL, NULL), MLA_ERR_INVALID_ARGUMENT, "out NULL");
 }
 
-/* Warnings about $MLAJIT_FLASHMLA_DECODE received by the log callback, and the last one. */
-static int decode_env_warnings;
-static char decode_env_msg[512];
-static void record_decode_env(void *user, mla_log_level level, const char *msg) {
-    if (level != MLA_LOG_WARN || !strstr(msg, "MLAJIT_FLASHMLA_DECODE")) return;
-    decode_env_warnings++;
-    snprintf(decode_env_msg, sizeof decode_env_msg, "%s", msg);
+/* Warnings naming the variable switch_env_name received by the log callback, and the last one. */
+static const char *switch_env_name;
+static int switch_env_warnings;
+static char switch_env_msg[512];
+static void record_switch_env(void *user, mla_log_level level, const char *msg) {
+    if (level != MLA_LOG_WARN || !strstr(msg, switch_env_name)) return;
+    switch_env_warnings++;
+    snprintf(switch_env_msg, sizeof switch_env_msg, "%s", msg);
 }
 
-/* A no_device sm_90a runtime created with $MLAJIT_FLASHMLA_DECODE set to value (unset for NULL);
- * the variable is unset again before returning. */
-static mla_runtime *runtime_with_decode_env(const char *value) {
-    cr_assert_eq(value ? setenv("MLAJIT_FLASHMLA_DECODE", value, 1)
-                       : unsetenv("MLAJIT_FLASHMLA_DECODE"), 0, "set MLAJIT_FLASHMLA_DECODE");
+/* A no_device sm_90a runtime created with the variable var set to value (unset for NULL) and its
+ * warnings recorded; the variable is unset again before returning. */
+static mla_runtime *runtime_with_env(const char *var, const char *value) {
+    cr_assert_eq(value ? setenv(var, value, 1) : unsetenv(var), 0, "set %s", var);
     mla_options o;
     mla_options_init(&o);
     o.no_device = 1;
     o.arch = "sm_90a";
     o.cache_dir = "";
-    o.log = record_decode_env;
-    decode_env_warnings = 0;
-    decode_env_msg[0] = '\0';
+    o.log = record_switch_env;
+    switch_env_name = var;
+    switch_env_warnings = 0;
+    switch_env_msg[0] = '\0';
     mla_runtime *rt = NULL;
     mla_status s = mla_runtime_create(&o, &rt);
-    cr_assert_eq(unsetenv("MLAJIT_FLASHMLA_DECODE"), 0, "unset MLAJIT_FLASHMLA_DECODE");
-    cr_assert_eq(s, MLA_OK, "MLAJIT_FLASHMLA_DECODE=%s: mla_runtime_create: %s",
-                 value ? value : "(unset)", mla_last_error());
+    cr_assert_eq(unsetenv(var), 0, "unset %s", var);
+    cr_assert_eq(s, MLA_OK, "%s=%s: mla_runtime_create: %s", var, value ? value : "(unset)",
+                 mla_last_error());
     return rt;
+}
+static mla_runtime *runtime_with_decode_env(const char *value) {
+    return runtime_with_env("MLAJIT_FLASHMLA_DECODE", value);
 }
 
 /* $MLAJIT_FLASHMLA_DECODE is read once, when the runtime is created: "portable" forces the
@@ -363,12 +367,12 @@ Test(jit_runtime, flashmla_decode_env_read_at_create) {
         cr_expect_eq(rt->flashmla_decode_portable, rows[i].portable,
                      "MLAJIT_FLASHMLA_DECODE=%s: portable decode %d, expected %d", shown,
                      rt->flashmla_decode_portable, rows[i].portable);
-        cr_expect_eq(decode_env_warnings, rows[i].warns, "MLAJIT_FLASHMLA_DECODE=%s: %d "
-                     "warnings, expected %d (last: %s)", shown, decode_env_warnings,
-                     rows[i].warns, decode_env_msg);
+        cr_expect_eq(switch_env_warnings, rows[i].warns, "MLAJIT_FLASHMLA_DECODE=%s: %d "
+                     "warnings, expected %d (last: %s)", shown, switch_env_warnings,
+                     rows[i].warns, switch_env_msg);
         if (rows[i].warns)
-            cr_expect(strstr(decode_env_msg, rows[i].value) && strstr(decode_env_msg, "portable"),
-                      "the warning names the value and what is expected: %s", decode_env_msg);
+            cr_expect(strstr(switch_env_msg, rows[i].value) && strstr(switch_env_msg, "portable"),
+                      "the warning names the value and what is expected: %s", switch_env_msg);
         mla_runtime_destroy(rt);
     }
     mla_runtime *forced = runtime_with_decode_env("portable");
@@ -379,16 +383,6 @@ Test(jit_runtime, flashmla_decode_env_read_at_create) {
     cr_assert_eq(unsetenv("MLAJIT_FLASHMLA_DECODE"), 0, "unsetenv");
     mla_runtime_destroy(forced);
     mla_runtime_destroy(plain);
-}
-
-/* Warnings naming the variable switch_env_name, and the last one. */
-static const char *switch_env_name;
-static int switch_env_warnings;
-static char switch_env_msg[512];
-static void record_switch_env(void *user, mla_log_level level, const char *msg) {
-    if (level != MLA_LOG_WARN || !strstr(msg, switch_env_name)) return;
-    switch_env_warnings++;
-    snprintf(switch_env_msg, sizeof switch_env_msg, "%s", msg);
 }
 
 /* The kernel switches a runtime read from the environment at creation, as one string. */
@@ -441,21 +435,7 @@ Test(jit_runtime, every_switch_env_read_at_create) {
         cr_assert_eq(unsetenv(vars[v]), 0, "unsetenv %s", vars[v]);
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         const char *var = vars[rows[i].var];
-        cr_assert_eq(setenv(var, rows[i].value, 1), 0, "setenv %s", var);
-        mla_options o;
-        mla_options_init(&o);
-        o.no_device = 1;
-        o.arch = "sm_90a";
-        o.cache_dir = "";
-        o.log = record_switch_env;
-        switch_env_name = var;
-        switch_env_warnings = 0;
-        switch_env_msg[0] = '\0';
-        mla_runtime *rt = NULL;
-        mla_status s = mla_runtime_create(&o, &rt);
-        cr_assert_eq(unsetenv(var), 0, "unsetenv %s", var);
-        cr_assert_eq(s, MLA_OK, "%s=%s: mla_runtime_create: %s", var, rows[i].value,
-                     mla_last_error());
+        mla_runtime *rt = runtime_with_env(var, rows[i].value);
         char got_state[256], want_state[256];
         switch_string(got_state, sizeof got_state, rt->flashmla_decode_portable,
                       rt->fakequant_prefill_portable, rt->fakequant_prefill_warps,
