@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# On the lent GPU machine: build, every GPU test in parallel (the CPU-only tests run in CI), then
+# each BENCH_CASES case as its own `mlajit bench --case` with a time limit; logs under $OUT.
+# Usage (repository root, .deps carried): BENCH_CASES="flashmla-dense-s1 dsv4" bash scripts/device-gpu-run.sh
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/mlajit-out}; mkdir -p "$OUT"
+deps=$PWD/.deps/usr
+export CMAKE_PREFIX_PATH=$deps PKG_CONFIG_PATH=$deps/lib/x86_64-linux-gnu/pkgconfig
+export LD_LIBRARY_PATH=$deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+export BUILD_DIR=build-gpu
+t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw,temperature.gpu --format=csv > $OUT/gpu.txt 2>&1
+git log --oneline -1 >> $OUT/gpu.txt 2>&1
+bash scripts/build.sh > $OUT/build.log 2>&1 || { tail -40 $OUT/build.log; echo BUILD FAILED; exit 1; }
+el build ok
+timeout 230 ctest --test-dir build-gpu -R '_gpu$|test_jit' -j 8 --output-on-failure --timeout 220 > $OUT/ctest.log 2>&1
+el "ctest rc $?"; grep -E "tests passed|tests failed|Passed|Failed|Skipped|Timeout" $OUT/ctest.log | tail -12
+build-gpu/mlajit info > $OUT/bench.txt 2>&1
+for c in ${BENCH_CASES:-}; do
+  timeout 45 stdbuf -oL build-gpu/mlajit bench --case $c >> $OUT/bench.txt 2>&1 || echo "case $c rc $?" >> $OUT/bench.txt
+  el "bench $c"
+done
+grep -vE "^(mlajit bench|date|device|command|ceilings)" $OUT/bench.txt | cut -c1-150 | tail -80
