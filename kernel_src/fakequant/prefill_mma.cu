@@ -254,6 +254,20 @@ __device__ __forceinline__ void pm_scores(float (&s)[8][4], const PrefillMmaPara
     }
 }
 
+// p = exp2(s - mu) of chunk c (keys 16 c .. 16 c + 15 of the tile; this lane's 2 x 4 scores,
+// rows h = 0, 1) and its unquantized row sums added to l, in the one order both tensor-core
+// prefills (this file's and prefill_sm90.cu's) use.
+__device__ __forceinline__ void pm_chunk_exp(const float (&s)[8][4], int c, const float (&mu)[2],
+                                             float (&l)[2], float (&pv)[2][4]) {
+#pragma unroll
+    for (int e = 0; e < 2; e++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) pv[e][k] = pm_exp2(s[2 * c + e][k] - mu[k >> 1]);
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+        l[h] += (pv[0][2 * h] + pv[0][2 * h + 1]) + (pv[1][2 * h] + pv[1][2 * h + 1]);
+}
+
 // The softmax step of chunk c (keys 16 c .. 16 c + 15 of the tile; c a constant once unrolled)
 // of one m-tile: at the start of a P tile (every nb chunks) the running max m moves over the P
 // tile's scores, rescaling l and o (mu: the max the exponents use, 0 while m is -inf); then p =
@@ -289,13 +303,7 @@ __device__ __forceinline__ void pm_chunk_p(const float (&s)[8][4], int c, int nb
         }
     }
     float pv[2][4];
-#pragma unroll
-    for (int e = 0; e < 2; e++)
-#pragma unroll
-        for (int k = 0; k < 4; k++) pv[e][k] = pm_exp2(s[2 * c + e][k] - mu[k >> 1]);
-#pragma unroll
-    for (int h = 0; h < 2; h++)
-        l[h] += (pv[0][2 * h] + pv[0][2 * h + 1]) + (pv[1][2 * h] + pv[1][2 * h + 1]);
+    pm_chunk_exp(s, c, mu, l, pv);
     if constexpr (kP == kFp8) {
 #pragma unroll
         for (int e = 0; e < 2; e++)

@@ -287,13 +287,7 @@ __device__ __forceinline__ void tile_softmax(const float (&s)[8][4], float (&m)[
 #pragma unroll
     for (int c = 0; c < 4; c++) {
         float pv[2][4];
-#pragma unroll
-        for (int e = 0; e < 2; e++)
-#pragma unroll
-            for (int k = 0; k < 4; k++) pv[e][k] = pm_exp2(s[2 * c + e][k] - mu[k >> 1]);
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-            l[h] += (pv[0][2 * h] + pv[0][2 * h + 1]) + (pv[1][2 * h] + pv[1][2 * h + 1]);
+        pm_chunk_exp(s, c, mu, l, pv);
         if constexpr (kP == kNvfp4) {
 #pragma unroll
             for (int e = 0; e < 2; e++)
