@@ -10,7 +10,8 @@
 // wgmma.m64n64k16, Q and K from shared memory), the online softmax, P to shared memory (sS) with
 // the factor each row's O takes (sScale), and O[:, :256] += P V_L (P from registers); warpgroup
 // 1 (warps 4-7) only scales O[:, 256:] by sScale and adds sS V_R; warpgroup 2 (warps 8-11) is
-// the producer. Registers (setmaxnreg): 208 / 168 / 128 (launch: 168 each; ptxas: no spills).
+// the producer. Registers (setmaxnreg): 208 / 168 / 128, the pair 208 / 160 / 136 (launch: 168
+// each; ptxas: no spills).
 //
 // Tile t lives in buffer b = t % 2 (K0, K1). Per tile:
 //   producer: waits free[b] (t >= 2), writes the bf16 tile and its validity byte-mask, fences,
@@ -18,11 +19,10 @@
 //             the bf16 rows).
 //   WG0:      waits full[b] (before issuing QK(t), at the end of tile t - 1), S -> softmax; waits
 //             S_FREE (WG1 done with sS of tile t - 1), writes sS and sScale, arrives S_READY;
-//             issues P V_L, then QK(t + 1) behind it, retires P V_L (wait_group 1), arrives
-//             free[b].
+//             issues P V_L, retires it, arrives free[b], then waits full[b ^ 1] and issues
+//             QK(t + 1) (kReleaseFirst; else QK(t + 1) is issued behind P V_L before free[b]).
 //   WG1:      waits S_READY, scales O_R, sS V_R, arrives free[b] and S_FREE.
-// So the producer fills tile t + 2 while the consumers work on tile t + 1, and QK(t + 1) queues
-// on the tensor cores behind P V(t) without a round trip through the softmax.
+// So the producer fills tile t + 2 while the consumers work on tile t + 1.
 // fp8 rows: the producer holds the raw bytes of the next tile in registers (each round's loads
 // issued right after that round of the current tile is stored): lane (row 16 w + 8 rd + lane / 4,
 // part j = lane % 4) of producer warp w reads e4m3 chunks j + 4 i (i = 0..7; the 4 lanes of a row
@@ -34,10 +34,11 @@
 // its S with it. Optional (F::prefetch): an L2 prefetch of the rows of the tile after next.
 // The CTA pair (kPair, fp8, h_q > 64; a cluster of 2 along x, CTA rank m = the head block): the
 // producer of CTA c converts round c of every tile (half the rows) into its own buffer and, by
-// st.async completing bytes on the peer's peer-full[b] (32768 bytes a tile, which the peer's
-// producer posts with expect_tx after its own free wait), into the peer's; the RoPE and the mask
-// of all 64 rows it writes locally. With one round per thread it keeps two tiles in registers
-// (tile t + 2's loads issued when tile t is stored). free[b] then counts the 8 consumer warps of
+// st.async completing bytes on the peer's peer-full[b] (36864 bytes a tile, which the peer's
+// producer posts with expect_tx after its own free wait), into the peer's, the RoPE of those rows
+// too (kPairRopeRegs; else 32768 bytes, and the RoPE of all 64 rows by cp.async locally); the
+// mask of all 64 rows it writes locally. With one round per thread it keeps two tiles in
+// registers (tile t + 2's loads issued when tile t is stored). free[b] then counts the 8 consumer warps of
 // both CTAs (lane 0 of each arrives on both); the consumers wait full[b] and peer-full[b];
 // cluster barriers after the mbarrier init and before exit. kPair 1: the waits on free and the
 // arrivals on the peer's at cluster scope (validated on the GPU; ptxas adds an L1 invalidation
@@ -75,8 +76,19 @@ static_assert(kSmemS % 1024 == 0, "sS swizzle atoms 1024-aligned");
 // Named barriers (0 is __syncthreads): S_READY / S_FREE between warpgroups 0 and 1 (256
 // threads), L_READY (the row sums, at the end), Q (warpgroup 0's Q load).
 enum : int { kBarSReady = 1, kBarSFree = 2, kBarLReady = 3, kBarQ = 4 };
+// The pair's producer holds two tiles of raw rows (with kPairRopeRegs their RoPE too): 8 more
+// registers for it, 8 fewer for warpgroup 1 (no spills either way, ptxas).
 constexpr int kRegs0 = 208, kRegs1 = 168, kRegsP = 128;  // kRegs1: as launched
-static_assert(kRegs0 + kRegs1 + kRegsP <= 3 * 168, "the registers the CTA was launched with");
+constexpr int kRegs1Pair = 160, kRegsPPair = 136;
+// Warpgroup 0 releases buffer b of tile t before it waits for tile t + 1 (true), or only after it
+// has issued QK(t + 1) behind P V_L(t) (false: then the producer can start tile t + 2 only once
+// tile t + 1 is complete, one tile in flight). The pair's producer keeps each row's RoPE in
+// registers with the rest of the row and stores it like the e4m3 part, into both CTAs (true), or
+// copies it by cp.async once the buffer is free (false: a global load on the path from free to full).
+constexpr bool kReleaseFirst = true;
+constexpr bool kPairRopeRegs = true;
+static_assert(kRegs0 + kRegs1 + kRegsP <= 3 * 168 && kRegs0 + kRegs1Pair + kRegsPPair <= 3 * 168,
+              "the registers the CTA was launched with");
 
 // setmaxnreg_inc / setmaxnreg_dec: common/wgmma.cuh.
 
@@ -223,6 +235,26 @@ __device__ __forceinline__ void store_part(unsigned char *buf, int r, int j, con
     store_rope(buf, r, j, src, any);
 }
 
+// The pair with kPairRopeRegs: lane part j of the fp8 row src's RoPE (chunks j, j + 4; null:
+// zeros, nothing read), loaded with the rest of the row; stored to piece 8 of row r of buf and,
+// by st.async completing on peer_bar, of the peer's buffer (2-way bank conflict: the two rows of
+// a store phase hold the same chunk set).
+__device__ __forceinline__ void fetch_rope(const unsigned char *src, int j, uint4 (&rope)[2]) {
+#pragma unroll
+    for (int k = 0; k < 2; k++)
+        rope[k] = src ? ldg_16(src + kFp8RopeOff + 16 * (j + 4 * k)) : make_uint4(0, 0, 0, 0);
+}
+__device__ __forceinline__ void store_rope_peer(unsigned char *buf, int r, int j,
+                                                const uint4 (&rope)[2], unsigned peer_buf,
+                                                unsigned peer_bar) {
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        const int off = 8 * kPieceBytes + r * 128 + (((j + 4 * k) ^ (r & 7)) << 4);
+        *reinterpret_cast<uint4 *>(buf + off) = rope[k];
+        st_async_peer(peer_buf + off, rope[k], peer_bar);
+    }
+}
+
 // Writes the validity byte of rows 16 pw + 8 rd + [0, 8): lane 4 k holds row 16 pw + 8 rd + k.
 __device__ __forceinline__ void write_valid8(unsigned char *mask, bool valid, int pw, int rd,
                                              int lane) {
@@ -338,9 +370,11 @@ __device__ __forceinline__ void produce(const typename F::Params &p, unsigned ch
 
 // The producer of CTA c of a pair (fp8 rows): it converts round c (rows 16 pw + 8 c + lane / 4)
 // of every tile into its own buffer and, by st.async, the peer's (which converts the other
-// round), so each row is gathered and converted once for both head blocks; the RoPE and the
+// round), so each row is gathered and converted once for both head blocks; with kPairRopeRegs
+// the RoPE of its rows goes the same way (else that of all 64 rows by cp.async, locally), the
 // validity mask of all 64 rows it writes locally. With half the rows per thread it keeps two
-// tiles in registers (raw[t % 2]): tile t + 2's loads are issued as soon as tile t is stored.
+// tiles in registers (raw[t % 2], rope[t % 2]): tile t + 2's loads are issued as soon as tile t
+// is stored.
 // Buffer b is free for tile t once both CTAs' consumers released tile t - 2 (free[b] counts the
 // 8 consumer warps of each CTA); the peer's bytes complete this CTA's peer-full[b], whose
 // expected bytes this producer posts after that wait.
@@ -348,21 +382,25 @@ template <class F, int kPair>
 __device__ __forceinline__ void produce_step(const typename F::Params &p, unsigned char *smem,
                                              unsigned peer_base, int t, int n_tiles, int n,
                                              const int *list, const int (&rows)[2], int c,
-                                             int j, int wt, RawPart &raw,
+                                             int j, int wt, RawPart &raw, uint4 (&rope)[2],
                                              const unsigned char *(&src)[2], int (&inext)[2]) {
     const int lane = wt & 31, pw = wt >> 5, b = t & 1;
     const unsigned base = smem_addr(smem), bars = base + kSmemBarW;
     if (t >= 2) pair_wait<kPair>(bars + 16 + 8 * b, ((t >> 1) + 1) & 1);
-    if (wt == 0) mbarrier_arrive_expect_tx(bars + 32 + 8 * b, 32 * 8 * kPieceBytes / kBlockM);
+    constexpr int kPeerPieces = kPairRopeRegs ? 9 : 8;  // pieces the peer's bytes fill
+    if (wt == 0)
+        mbarrier_arrive_expect_tx(bars + 32 + 8 * b, 32 * kPeerPieces * kPieceBytes / kBlockM);
     const int buf_off = b ? kSmemK1 : kSmemK0;
-    store_nope<true>(smem + buf_off, rows[0] + 8 * c, j, raw, peer_base + buf_off,
-                     peer_base + kSmemBarW + 32 + 8 * b);
+    const unsigned peer_bar = peer_base + kSmemBarW + 32 + 8 * b;
+    store_nope<true>(smem + buf_off, rows[0] + 8 * c, j, raw, peer_base + buf_off, peer_bar);
+    if constexpr (kPairRopeRegs)
+        store_rope_peer(smem + buf_off, rows[0] + 8 * c, j, rope, peer_base + buf_off, peer_bar);
 #pragma unroll
     for (int rd = 0; rd < 2; rd++) {
-        store_rope(smem + buf_off, rows[rd], j, src[rd], F::any(p));
+        if constexpr (!kPairRopeRegs) store_rope(smem + buf_off, rows[rd], j, src[rd], F::any(p));
         write_valid8(smem + kSmemMaskW + 8 * b, src[rd] != nullptr, pw, rd, lane);
     }
-    cp_async_mbarrier_arrive_noinc(bars + 8 * b);  // the RoPE
+    if constexpr (!kPairRopeRegs) cp_async_mbarrier_arrive_noinc(bars + 8 * b);  // the RoPE
     fence_proxy_async_shared();
     mbar_arrive(bars + 8 * b);
     if (t + 2 < n_tiles) {  // tile t + 2 into these registers
@@ -372,6 +410,7 @@ __device__ __forceinline__ void produce_step(const typename F::Params &p, unsign
             inext[rd] = sm90s::fetch_entry(list, (t + 3) * kBlockN + rows[rd], n);
         }
         fetch_part(c ? src[1] : src[0], j, raw);
+        if constexpr (kPairRopeRegs) fetch_rope(c ? src[1] : src[0], j, rope);
     }
 }
 
@@ -385,6 +424,7 @@ __device__ __forceinline__ void produce_pair(const typename F::Params &p, unsign
     const unsigned peer_base = peer_addr(smem_addr(smem), (unsigned)(c ^ 1));
     const int rows[2] = {pw * 16 + (lane >> 2), pw * 16 + 8 + (lane >> 2)};
     RawPart raw[2];
+    uint4 rope[2][2];  // kPairRopeRegs
     const unsigned char *src[2][2];
     int inext[2];
 #pragma unroll
@@ -392,17 +432,20 @@ __device__ __forceinline__ void produce_pair(const typename F::Params &p, unsign
 #pragma unroll
         for (int rd = 0; rd < 2; rd++)
             src[tp][rd] = F::kv_row(p, sm90s::fetch_entry(list, tp * kBlockN + rows[rd], n));
-        if (tp < n_tiles) fetch_part(c ? src[tp][1] : src[tp][0], j, raw[tp]);
+        if (tp < n_tiles) {
+            fetch_part(c ? src[tp][1] : src[tp][0], j, raw[tp]);
+            if constexpr (kPairRopeRegs) fetch_rope(c ? src[tp][1] : src[tp][0], j, rope[tp]);
+        }
     }
 #pragma unroll
     for (int rd = 0; rd < 2; rd++)
         inext[rd] = sm90s::fetch_entry(list, 2 * kBlockN + rows[rd], n);
     for (int t = 0; t < n_tiles; t += 2) {
-        produce_step<F, kPair>(p, smem, peer_base, t, n_tiles, n, list, rows, c, j, wt, raw[0], src[0],
-                        inext);
+        produce_step<F, kPair>(p, smem, peer_base, t, n_tiles, n, list, rows, c, j, wt, raw[0],
+                               rope[0], src[0], inext);
         if (t + 1 < n_tiles)
-            produce_step<F, kPair>(p, smem, peer_base, t + 1, n_tiles, n, list, rows, c, j, wt, raw[1],
-                            src[1], inext);
+            produce_step<F, kPair>(p, smem, peer_base, t + 1, n_tiles, n, list, rows, c, j, wt,
+                                   raw[1], rope[1], src[1], inext);
     }
     cp_async_wait<0>();  // no cp.async left in flight
 }
@@ -518,17 +561,32 @@ __device__ __forceinline__ void consume0(const typename F::Params &p, unsigned c
         wgmma_fence();
         pv_issue_rs<false>(o, pa, b ? k1 : k0, 0);
         wgmma_commit_group();
-        if (t + 1 < n_tiles) {  // QK(t + 1) queued behind P V_L(t)
-            wait_full<kPair>(bars, b ^ 1, t + 1);
-            wgmma_fence();
-            sm90s::qk_pieces<0, kPieces>(s, q, b ? k0 : k1);
-            wgmma_commit_group();
-            wgmma_wait_group<1>();
-        } else {
+        if constexpr (kReleaseFirst) {
+            // Buffer b released before tile t + 1 is awaited: the producer fills tile t + 2 while
+            // the consumers work on t + 1 (the ring's two tiles in flight), at the cost of QK(t + 1)
+            // issued only once P V_L(t) has retired.
             wgmma_wait_group<0>();
+            reg_fence(o);
+            release<kPair>(bars, b, peer_bars, lane);  // V_L of buffer b consumed
+            if (t + 1 < n_tiles) {
+                wait_full<kPair>(bars, b ^ 1, t + 1);
+                wgmma_fence();
+                sm90s::qk_pieces<0, kPieces>(s, q, b ? k0 : k1);
+                wgmma_commit_group();
+            }
+        } else {
+            if (t + 1 < n_tiles) {  // QK(t + 1) queued behind P V_L(t)
+                wait_full<kPair>(bars, b ^ 1, t + 1);
+                wgmma_fence();
+                sm90s::qk_pieces<0, kPieces>(s, q, b ? k0 : k1);
+                wgmma_commit_group();
+                wgmma_wait_group<1>();
+            } else {
+                wgmma_wait_group<0>();
+            }
+            reg_fence(o);
+            release<kPair>(bars, b, peer_bars, lane);  // V_L of buffer b consumed
         }
-        reg_fence(o);
-        release<kPair>(bars, b, peer_bars, lane);  // V_L of buffer b consumed
     }
     wgmma_wait_group<0>();  // (nothing in flight: tells ptxas so for the paths it cannot follow)
     reg_fence(s);
@@ -594,8 +652,9 @@ __device__ __forceinline__ void attend_cta_ws(const typename F::Params &p) {
         // full: the producer's 128 threads and their 128 cp.async arrivals; free: the 256
         // consumer threads (pair: the 8 consumer warps of each CTA); peer-full: this CTA's
         // producer posting the peer's bytes.
-        mbarrier_init(bars, 256);
-        mbarrier_init(bars + 8, 256);
+        constexpr int kFull = kPair && kPairRopeRegs ? 128 : 256;  // no cp.async: no noinc
+        mbarrier_init(bars, kFull);
+        mbarrier_init(bars + 8, kFull);
         mbarrier_init(bars + 16, kPair ? 16 : 256);
         mbarrier_init(bars + 24, kPair ? 16 : 256);
         mbarrier_init(bars + 32, 1);
@@ -607,13 +666,14 @@ __device__ __forceinline__ void attend_cta_ws(const typename F::Params &p) {
     const unsigned peer_bars = kPair ? peer_addr(bars, (unsigned)(m ^ 1)) : 0u;
     const int wg = threadIdx.x >> 7, wt = threadIdx.x & 127;
     if (wg == 2) {
-        setmaxnreg_dec<kRegsP>();
+        setmaxnreg_dec<kPair ? kRegsPPair : kRegsP>();
         if constexpr (kPair) produce_pair<F, kPair>(p, smem, token, m, wt);
         else produce<F>(p, smem, token, wt);
     } else if (wg == 0) {
         setmaxnreg_inc<kRegs0>();
         consume0<F, kPair>(p, smem, token, m, wt, peer_bars);
     } else {
+        if constexpr (kPair) setmaxnreg_dec<kRegs1Pair>();
         consume1<F, kPair>(p, smem, token, m, wt, peer_bars);
     }
     // No CTA of a pair leaves while its peer may still write into its shared memory or arrive on
