@@ -497,17 +497,26 @@ __device__ __forceinline__ void wait_full(unsigned bars, int b, int t) {
     }
 }
 
+// The consumers' addresses (layout above): the base, K0, K1, the mbarriers, sScale and sL;
+// bound by name: const auto [base, k0, k1, bars, sscale, sl] = smem_ws(smem);
+struct SmemWs {
+    unsigned base, k0, k1, bars;
+    float *sscale, *sl;
+};
+__device__ __forceinline__ SmemWs smem_ws(unsigned char *smem) {
+    const unsigned base = smem_addr(smem);
+    return {base, base + kSmemK0, base + kSmemK1, base + kSmemBarW,
+            reinterpret_cast<float *>(smem + kSmemScale), reinterpret_cast<float *>(smem + kSmemL)};
+}
+
 // Warpgroup 0 (wt: thread in it; wm its warp): S, softmax, P V_L.
 template <class F, int kPair>
 __device__ __forceinline__ void consume0(const typename F::Params &p, unsigned char *smem,
                                          int token, int m, int wt, unsigned peer_bars) {
     using namespace sm90;
     const int lane = wt & 31, wm = wt >> 5;
-    const unsigned base = smem_addr(smem);
-    const unsigned q = base + kSmemQ, k0 = base + kSmemK0, k1 = base + kSmemK1;
-    const unsigned bars = base + kSmemBarW;
-    float *sscale = reinterpret_cast<float *>(smem + kSmemScale);
-    float *sl = reinterpret_cast<float *>(smem + kSmemL);
+    const auto [base, k0, k1, bars, sscale, sl] = smem_ws(smem);
+    const unsigned q = base + kSmemQ;
     const unsigned long long *masks =
         reinterpret_cast<const unsigned long long *>(smem + kSmemMaskW);
     {  // Q rows: 2 threads a row
@@ -607,10 +616,7 @@ __device__ __forceinline__ void consume1(const typename F::Params &p, unsigned c
                                          int token, int m, int wt, unsigned peer_bars) {
     using namespace sm90;
     const int lane = wt & 31, wm = wt >> 5;
-    const unsigned base = smem_addr(smem);
-    const unsigned k0 = base + kSmemK0, k1 = base + kSmemK1, bars = base + kSmemBarW;
-    const float *sscale = reinterpret_cast<const float *>(smem + kSmemScale);
-    const float *sl = reinterpret_cast<const float *>(smem + kSmemL);
+    const auto [base, k0, k1, bars, sscale, sl] = smem_ws(smem);
     const int n = F::count(p, token), n_tiles = (n + kBlockN - 1) / kBlockN;
     const int r0 = wm * 16 + (lane >> 2);
     RowState st;
