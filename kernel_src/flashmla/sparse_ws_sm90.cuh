@@ -33,12 +33,14 @@
 // buffer's 64-bit mask = row r valid (an invalid entry is never read, its row zero); WG0 masks
 // its S with it. Optional (F::prefetch): an L2 prefetch of the rows of the tile after next.
 // The CTA pair (kPair, fp8, h_q > 64; a cluster of 2 along x, CTA rank m = the head block): the
-// producer of CTA c converts round c of every tile (half the rows) into its own buffer and, by
-// st.async completing bytes on the peer's peer-full[b] (36864 bytes a tile, which the peer's
-// producer posts with expect_tx after its own free wait), into the peer's, the RoPE of those rows
-// too (kPairRopeRegs; else 32768 bytes, and the RoPE of all 64 rows by cp.async locally); the
-// mask of all 64 rows it writes locally. With one round per thread it keeps two tiles in
-// registers (tile t + 2's loads issued when tile t is stored). free[b] then counts the 8 consumer warps of
+// producer of CTA c converts round c of every tile (half the rows) into its own buffer and sends
+// it into the peer's, completing bytes on the peer's peer-full[b] (36864 bytes a tile, which the
+// peer's producer posts with expect_tx after its own free wait): by 9 bulk copies of 1024 bytes
+// per warp (kPairBulkPeer) or by st.async of each 16-byte chunk; the RoPE of those rows too
+// (kPairRopeRegs; else 32768 bytes, and the RoPE of all 64 rows by cp.async locally); the mask of
+// all 64 rows it writes locally. With one round per thread it keeps two tiles in registers (tile
+// t + 2's loads issued when tile t is stored; kPairPreConvert: chunk 0 of tile t + 1 converted
+// before them, see there). free[b] then counts the 8 consumer warps of
 // both CTAs (lane 0 of each arrives on both); the consumers wait full[b] and peer-full[b];
 // cluster barriers after the mbarrier init and before exit. kPair 1: the waits on free and the
 // arrivals on the peer's at cluster scope (validated on the GPU; ptxas adds an L1 invalidation
@@ -87,6 +89,20 @@ constexpr int kRegs1Pair = 160, kRegsPPair = 136;
 // copies it by cp.async once the buffer is free (false: a global load on the path from free to full).
 constexpr bool kReleaseFirst = true;
 constexpr bool kPairRopeRegs = true;
+// The pair's producer warp writes its rows (8 a piece) into its own buffer only and sends them to
+// the peer's by 9 bulk copies of 1024 bytes (cp.async.bulk shared::cta -> shared::cluster, by lanes
+// 0-8 after a fence and __syncwarp) (true; needs kPairRopeRegs), or stores each 16-byte chunk into
+// the peer's too by st.async (false: 18 st.async a thread and tile, whose register operands are
+// held until the remote store reads them).
+constexpr bool kPairBulkPeer = true;
+static_assert(!kPairBulkPeer || kPairRopeRegs, "the bulk copies carry the RoPE rows too");
+// The pair's producer converts chunk 0 of the next tile's row part right after it has stored the
+// current tile, before it issues the loads of the tile after next (true; needs kPairBulkPeer):
+// ptxas tracks all the row loads on one scoreboard, so the first conversion of a tile otherwise
+// waits for the loads issued just before it (the tile after next's), their whole latency;
+// converted there it waits for the next tile's loads only, issued a tile earlier.
+constexpr bool kPairPreConvert = true;
+static_assert(!kPairPreConvert || kPairBulkPeer, "the pre-converted chunk is stored locally");
 static_assert(kRegs0 + kRegs1 + kRegsP <= 3 * 168 && kRegs0 + kRegs1Pair + kRegsPPair <= 3 * 168,
               "the registers the CTA was launched with");
 
@@ -147,6 +163,16 @@ __device__ __forceinline__ void pair_arrive_peer(unsigned peer_bar) {
     if constexpr (kPair == 1) mbar_arrive_peer(peer_bar);
     else mbar_arrive_peer_cta(peer_bar);
 }
+// cp.async.bulk.shared::cluster.shared::cta: bytes (a multiple of 16) from local shared memory
+// src to the peer's dst (shared::cluster), completing them on the peer's mbarrier peer_bar.
+__device__ __forceinline__ void bulk_copy_peer(unsigned peer_dst, unsigned src, unsigned bytes,
+                                               unsigned peer_bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+        "[%3];\n" ::"r"(peer_dst),
+        "r"(src), "r"(bytes), "r"(peer_bar)
+        : "memory");
+}
 __device__ __forceinline__ void cluster_sync_all() {
     asm volatile("barrier.cluster.arrive.release.aligned;\n"
                  "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
@@ -199,16 +225,19 @@ __device__ __forceinline__ void fetch_part(const unsigned char *src, int j, RawP
 // a store phase hold rows 2 g, 2 g + 1 (swizzles of opposite parity): conflict free.
 // kPeer: the bf16 chunks also go to the same place of the peer CTA's buffer (peer_buf: its
 // shared::cluster address), completing their bytes on peer_bar; the RoPE stays local.
+// pre (kPairPreConvert): chunk 0 already converted (bf16 chunks 2 j, 2 j + 1 of piece 0).
 template <bool kPeer = false>
 __device__ __forceinline__ void store_nope(unsigned char *buf, int r, int j, const RawPart &raw,
-                                           unsigned peer_buf = 0, unsigned peer_bar = 0) {
+                                           unsigned peer_buf = 0, unsigned peer_bar = 0,
+                                           const uint4 *pre = nullptr) {
     unsigned char *row = buf + r * 128;
     const int sw = r & 7;
     const float sc[4] = {raw.sc.x, raw.sc.y, raw.sc.z, raw.sc.w};
 #pragma unroll
     for (int i = 0; i < 8; i++) {
         uint4 lo, hi;
-        dequant16(raw.nope[i], sc[i >> 1], lo, hi);
+        if (i == 0 && pre != nullptr) lo = pre[0], hi = pre[1];
+        else dequant16(raw.nope[i], sc[i >> 1], lo, hi);
         const int off = i * kPieceBytes + r * 128;
         const int o_lo = off + (((2 * j) ^ sw) << 4), o_hi = off + (((2 * j + 1) ^ sw) << 4);
         *reinterpret_cast<uint4 *>(buf + o_lo) = lo;
@@ -244,6 +273,13 @@ __device__ __forceinline__ void fetch_rope(const unsigned char *src, int j, uint
     for (int k = 0; k < 2; k++)
         rope[k] = src ? ldg_16(src + kFp8RopeOff + 16 * (j + 4 * k)) : make_uint4(0, 0, 0, 0);
 }
+__device__ __forceinline__ void store_rope_local(unsigned char *buf, int r, int j,
+                                                 const uint4 (&rope)[2]) {
+#pragma unroll
+    for (int k = 0; k < 2; k++)
+        *reinterpret_cast<uint4 *>(buf + 8 * kPieceBytes + r * 128 + (((j + 4 * k) ^ (r & 7)) << 4)) =
+            rope[k];
+}
 __device__ __forceinline__ void store_rope_peer(unsigned char *buf, int r, int j,
                                                 const uint4 (&rope)[2], unsigned peer_buf,
                                                 unsigned peer_bar) {
@@ -253,6 +289,26 @@ __device__ __forceinline__ void store_rope_peer(unsigned char *buf, int r, int j
         *reinterpret_cast<uint4 *>(buf + off) = rope[k];
         st_async_peer(peer_buf + off, rope[k], peer_bar);
     }
+}
+
+// st.shared.u32 of v at addr if neg < 0, in one asm: v is computed on every path.
+__device__ __forceinline__ void sink_never(unsigned v, int neg, unsigned addr) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.lt.s32 p, %1, 0;\n"
+        "@p st.shared.u32 [%2], %0;\n"
+        "}\n" ::"r"(v),
+        "r"(neg), "r"(addr)
+        : "memory");
+}
+
+// Keeps the compiler from moving the computation of v past this point (an empty asm that
+// takes and gives the registers).
+__device__ __forceinline__ void pin_regs(uint4 (&v)[2]) {
+#pragma unroll
+    for (int k = 0; k < 2; k++)
+        asm volatile("" : "+r"(v[k].x), "+r"(v[k].y), "+r"(v[k].z), "+r"(v[k].w));
 }
 
 // Writes the validity byte of rows 16 pw + 8 rd + [0, 8): lane 4 k holds row 16 pw + 8 rd + k.
@@ -378,23 +434,55 @@ __device__ __forceinline__ void produce(const typename F::Params &p, unsigned ch
 // Buffer b is free for tile t once both CTAs' consumers released tile t - 2 (free[b] counts the
 // 8 consumer warps of each CTA); the peer's bytes complete this CTA's peer-full[b], whose
 // expected bytes this producer posts after that wait.
-template <class F, int kPair>
+// Loads tile t2 (if t2 < n_tiles) into raw / rope: this round's row parts, the addresses of both
+// rounds' rows (src, for the validity mask) from the indices fetched before (inext), which then
+// become those of tile t2 + 1.
+template <class F>
+__device__ __forceinline__ void pair_load(const typename F::Params &p, int t2, int n_tiles, int n,
+                                          const int *list, const int (&rows)[2], int c, int j,
+                                          RawPart &raw, uint4 (&rope)[2],
+                                          const unsigned char *(&src)[2], int (&inext)[2]) {
+    if (t2 < n_tiles) {
+#pragma unroll
+        for (int rd = 0; rd < 2; rd++) {
+            src[rd] = F::kv_row(p, inext[rd]);
+            inext[rd] = sm90s::fetch_entry(list, (t2 + 1) * kBlockN + rows[rd], n);
+        }
+        fetch_part(c ? src[1] : src[0], j, raw);
+        if constexpr (kPairRopeRegs) fetch_rope(c ? src[1] : src[0], j, rope);
+    }
+}
+
+// One tile t of the pair's producer; kLoads: then loads tile t + 2 into raw / rope (else the
+// caller does, later).
+template <class F, int kPair, bool kLoads>
 __device__ __forceinline__ void produce_step(const typename F::Params &p, unsigned char *smem,
                                              unsigned peer_base, int t, int n_tiles, int n,
                                              const int *list, const int (&rows)[2], int c,
                                              int j, int wt, RawPart &raw, uint4 (&rope)[2],
-                                             const unsigned char *(&src)[2], int (&inext)[2]) {
+                                             const unsigned char *(&src)[2], int (&inext)[2],
+                                             const RawPart &next, uint4 (&pre)[2]) {
     const int lane = wt & 31, pw = wt >> 5, b = t & 1;
     const unsigned base = smem_addr(smem), bars = base + kSmemBarW;
-    if (t >= 2) pair_wait<kPair>(bars + 16 + 8 * b, ((t >> 1) + 1) & 1);
+    // t < 2: parity 1, the phase before a fresh barrier's first, counts as complete (no wait);
+    // unconditional, so that no branch joins the loop's paths here (ptxas drained every load's
+    // scoreboard at such a join).
+    pair_wait<kPair>(bars + 16 + 8 * b, ((t >> 1) + 1) & 1);
     constexpr int kPeerPieces = kPairRopeRegs ? 9 : 8;  // pieces the peer's bytes fill
     if (wt == 0)
         mbarrier_arrive_expect_tx(bars + 32 + 8 * b, 32 * kPeerPieces * kPieceBytes / kBlockM);
     const int buf_off = b ? kSmemK1 : kSmemK0;
     const unsigned peer_bar = peer_base + kSmemBarW + 32 + 8 * b;
-    store_nope<true>(smem + buf_off, rows[0] + 8 * c, j, raw, peer_base + buf_off, peer_bar);
-    if constexpr (kPairRopeRegs)
-        store_rope_peer(smem + buf_off, rows[0] + 8 * c, j, rope, peer_base + buf_off, peer_bar);
+    if constexpr (kPairBulkPeer) {
+        store_nope<false>(smem + buf_off, rows[0] + 8 * c, j, raw, 0, 0,
+                          kPairPreConvert ? pre : nullptr);
+        store_rope_local(smem + buf_off, rows[0] + 8 * c, j, rope);
+    } else {
+        store_nope<true>(smem + buf_off, rows[0] + 8 * c, j, raw, peer_base + buf_off, peer_bar);
+        if constexpr (kPairRopeRegs)
+            store_rope_peer(smem + buf_off, rows[0] + 8 * c, j, rope, peer_base + buf_off,
+                            peer_bar);
+    }
 #pragma unroll
     for (int rd = 0; rd < 2; rd++) {
         if constexpr (!kPairRopeRegs) store_rope(smem + buf_off, rows[rd], j, src[rd], F::any(p));
@@ -402,16 +490,23 @@ __device__ __forceinline__ void produce_step(const typename F::Params &p, unsign
     }
     if constexpr (!kPairRopeRegs) cp_async_mbarrier_arrive_noinc(bars + 8 * b);  // the RoPE
     fence_proxy_async_shared();
-    mbar_arrive(bars + 8 * b);
-    if (t + 2 < n_tiles) {  // tile t + 2 into these registers
-#pragma unroll
-        for (int rd = 0; rd < 2; rd++) {
-            src[rd] = F::kv_row(p, inext[rd]);
-            inext[rd] = sm90s::fetch_entry(list, (t + 3) * kBlockN + rows[rd], n);
+    if constexpr (kPairBulkPeer) {
+        // This warp's rows 16 pw + 8 c + [0, 8) of pieces 0-8: 1024 contiguous bytes a piece.
+        __syncwarp();
+        if (lane < sm90::kPieces) {
+            const int off = buf_off + lane * kPieceBytes + (16 * pw + 8 * c) * 128;
+            bulk_copy_peer(peer_base + off, base + off, 8 * 128, peer_bar);
         }
-        fetch_part(c ? src[1] : src[0], j, raw);
-        if constexpr (kPairRopeRegs) fetch_rope(c ? src[1] : src[0], j, rope);
     }
+    mbar_arrive(bars + 8 * b);
+    if constexpr (kPairPreConvert) {
+        // Waits for tile t + 1's loads (issued a tile ago) here. Unconditional (after the last
+        // tile it converts registers nobody stores): a branch around it would leave ptxas a path
+        // without the wait, and it would wait again at the first conversion of tile t + 1.
+        dequant16(next.nope[0], next.sc.x, pre[0], pre[1]);
+        pin_regs(pre);
+    }
+    if constexpr (kLoads) pair_load<F>(p, t + 2, n_tiles, n, list, rows, c, j, raw, rope, src, inext);
 }
 
 template <class F, int kPair>
@@ -432,20 +527,50 @@ __device__ __forceinline__ void produce_pair(const typename F::Params &p, unsign
 #pragma unroll
         for (int rd = 0; rd < 2; rd++)
             src[tp][rd] = F::kv_row(p, sm90s::fetch_entry(list, tp * kBlockN + rows[rd], n));
-        if (tp < n_tiles) {
-            fetch_part(c ? src[tp][1] : src[tp][0], j, raw[tp]);
-            if constexpr (kPairRopeRegs) fetch_rope(c ? src[tp][1] : src[tp][0], j, rope[tp]);
-        }
+        // (past the last tile the rows are null: zeros, nothing read)
+        fetch_part(c ? src[tp][1] : src[tp][0], j, raw[tp]);
+        if constexpr (kPairRopeRegs) fetch_rope(c ? src[tp][1] : src[tp][0], j, rope[tp]);
     }
 #pragma unroll
     for (int rd = 0; rd < 2; rd++)
         inext[rd] = sm90s::fetch_entry(list, 2 * kBlockN + rows[rd], n);
+    uint4 pre[2];  // kPairPreConvert: chunk 0 of the tile to store next, converted
+    if constexpr (kPairPreConvert) {
+        dequant16(raw[0].nope[0], raw[0].sc.x, pre[0], pre[1]);
+        // Every prologue load complete before the loop (ptxas spreads them over several
+        // scoreboards; one still pending at the loop's entry made it wait inside the loop, on every
+        // iteration's just issued loads too): a fold of all their registers, stored never (b >= 1)
+        // by a predicated store in one asm (a C++ branch around the store would take the fold
+        // with it).
+        unsigned acc = 0;
+#pragma unroll
+        for (int tp = 0; tp < 2; tp++) {
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                acc ^= raw[tp].nope[i].x ^ raw[tp].nope[i].y ^ raw[tp].nope[i].z ^ raw[tp].nope[i].w;
+            acc ^= __float_as_uint(raw[tp].sc.x) ^ __float_as_uint(raw[tp].sc.y) ^
+                   __float_as_uint(raw[tp].sc.z) ^ __float_as_uint(raw[tp].sc.w);
+#pragma unroll
+            for (int k = 0; k < 2; k++)
+                acc ^= rope[tp][k].x ^ rope[tp][k].y ^ rope[tp][k].z ^ rope[tp][k].w;
+        }
+        acc ^= (unsigned)inext[0] ^ (unsigned)inext[1];
+        sink_never(acc, p.b, smem_addr(smem + kSmemMaskW));
+    }
+    // The loop leaves as soon as the tiles are done (no path from a skipped step back to its top:
+    // ptxas then knows every load of the body waited for at its end).
     for (int t = 0; t < n_tiles; t += 2) {
-        produce_step<F, kPair>(p, smem, peer_base, t, n_tiles, n, list, rows, c, j, wt, raw[0],
-                               rope[0], src[0], inext);
-        if (t + 1 < n_tiles)
-            produce_step<F, kPair>(p, smem, peer_base, t + 1, n_tiles, n, list, rows, c, j, wt,
-                                   raw[1], rope[1], src[1], inext);
+        // kPairPreConvert: the loads of the previous iteration's second tile (t + 1) here, after
+        // the loop's back edge, so that no load is in flight there (ptxas otherwise waited for
+        // all of them at the top of the loop).
+        if (kPairPreConvert && t > 0)
+            pair_load<F>(p, t + 1, n_tiles, n, list, rows, c, j, raw[1], rope[1], src[1], inext);
+        produce_step<F, kPair, true>(p, smem, peer_base, t, n_tiles, n, list, rows, c, j, wt,
+                                     raw[0], rope[0], src[0], inext, raw[1], pre);
+        if (t + 1 >= n_tiles) break;
+        produce_step<F, kPair, !kPairPreConvert>(p, smem, peer_base, t + 1, n_tiles, n, list,
+                                                 rows, c, j, wt, raw[1], rope[1], src[1], inext,
+                                                 raw[0], pre);
     }
     cp_async_wait<0>();  // no cp.async left in flight
 }
