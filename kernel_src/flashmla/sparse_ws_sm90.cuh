@@ -94,14 +94,14 @@ constexpr bool kPairRopeRegs = true;
 // 0-8 after a fence and __syncwarp) (true; needs kPairRopeRegs), or stores each 16-byte chunk into
 // the peer's too by st.async (false: 18 st.async a thread and tile, whose register operands are
 // held until the remote store reads them).
-constexpr bool kPairBulkPeer = false;
+constexpr bool kPairBulkPeer = true;
 static_assert(!kPairBulkPeer || kPairRopeRegs, "the bulk copies carry the RoPE rows too");
 // The pair's producer converts chunk 0 of the next tile's row part right after it has stored the
 // current tile, before it issues the loads of the tile after next (true; needs kPairBulkPeer):
 // ptxas tracks all the row loads on one scoreboard, so the first conversion of a tile otherwise
 // waits for the loads issued just before it (the tile after next's), their whole latency;
 // converted there it waits for the next tile's loads only, issued a tile earlier.
-constexpr bool kPairPreConvert = false;
+constexpr bool kPairPreConvert = true;
 static_assert(!kPairPreConvert || kPairBulkPeer, "the pre-converted chunk is stored locally");
 static_assert(kRegs0 + kRegs1 + kRegsP <= 3 * 168 && kRegs0 + kRegs1Pair + kRegsPPair <= 3 * 168,
               "the registers the CTA was launched with");
