@@ -183,11 +183,19 @@ __device__ __forceinline__ void fence_mbarrier_init_cluster() {
 
 // ld.global.nc.L1::no_allocate of 16 / 4 bytes (the cache rows: read-only during the kernel,
 // shared with the token's other head-block CTA through L2, not L1).
+// kLdgL2Prefetch: with the .L2::256B hint (the 256-byte block around each address brought into
+// L2 at the first miss, so the row's other loads hit there).
+constexpr bool kLdgL2Prefetch = false;
 __device__ __forceinline__ uint4 ldg_16(const unsigned char *p) {
     uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
+    if constexpr (kLdgL2Prefetch)
+        asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "l"(p));
+    else
+        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "l"(p));
     return v;
 }
 __device__ __forceinline__ float ldg_f32(const unsigned char *p) {
