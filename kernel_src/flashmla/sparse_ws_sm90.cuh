@@ -16,11 +16,13 @@
 // Tile t lives in buffer b = t % 2 (K0, K1). Per tile:
 //   producer: waits free[b] (t >= 2), writes the bf16 tile and its validity byte-mask, fences,
 //             arrives on full[b] (128 arrivals plus 128 cp.async noinc ones: the RoPE, or
-//             the bf16 rows).
+//             the bf16 rows; the pair: 128 arrivals).
 //   WG0:      waits full[b] (before issuing QK(t), at the end of tile t - 1), S -> softmax; waits
 //             S_FREE (WG1 done with sS of tile t - 1), writes sS and sScale, arrives S_READY;
 //             issues P V_L, retires it, arrives free[b], then waits full[b ^ 1] and issues
-//             QK(t + 1) (kReleaseFirst; else QK(t + 1) is issued behind P V_L before free[b]).
+//             QK(t + 1) (releasing b first keeps two tiles in flight: with QK(t + 1) queued
+//             behind P V_L before the release, the producer could start tile t + 2 only once
+//             tile t + 1 was complete; measured 7-9 % slower, docs/perf-notes.md).
 //   WG1:      waits S_READY, scales O_R, sS V_R, arrives free[b] and S_FREE.
 // So the producer fills tile t + 2 while the consumers work on tile t + 1.
 // fp8 rows: the producer holds the raw bytes of the next tile in registers (each round's loads
@@ -35,10 +37,10 @@
 // The CTA pair (kPair, fp8, h_q > 64; a cluster of 2 along x, CTA rank m = the head block): the
 // producer of CTA c converts round c of every tile (half the rows) into its own buffer and sends
 // it into the peer's, completing bytes on the peer's peer-full[b] (36864 bytes a tile, which the
-// peer's producer posts with expect_tx after its own free wait): by 9 bulk copies of 1024 bytes
-// per warp (kPairBulkPeer) or by st.async of each 16-byte chunk; the RoPE of those rows too
-// (kPairRopeRegs; else 32768 bytes, and the RoPE of all 64 rows by cp.async locally); the mask of
-// all 64 rows it writes locally. With one round per thread it keeps two tiles in registers (tile
+// peer's producer posts with expect_tx after its own free wait), by 9 bulk copies of 1024 bytes
+// per warp (st.async of each 16-byte chunk measured 17 % slower: each holds its registers until
+// the remote store has read them); the RoPE of those rows too (read into registers with the rest
+// of the row: no global load between free and full); the mask of all 64 rows it writes locally. With one round per thread it keeps two tiles in registers (tile
 // t + 2's loads issued when tile t is stored; kPairPreConvert: chunk 0 of tile t + 1 converted
 // before them, see there). free[b] then counts the 8 consumer warps of
 // both CTAs (lane 0 of each arrives on both); the consumers wait full[b] and peer-full[b];
@@ -78,31 +80,16 @@ static_assert(kSmemS % 1024 == 0, "sS swizzle atoms 1024-aligned");
 // Named barriers (0 is __syncthreads): S_READY / S_FREE between warpgroups 0 and 1 (256
 // threads), L_READY (the row sums, at the end), Q (warpgroup 0's Q load).
 enum : int { kBarSReady = 1, kBarSFree = 2, kBarLReady = 3, kBarQ = 4 };
-// The pair's producer holds two tiles of raw rows (with kPairRopeRegs their RoPE too): 8 more
-// registers for it, 8 fewer for warpgroup 1 (no spills either way, ptxas).
+// The pair's producer holds two tiles of raw rows and their RoPE: 8 more registers for it, 8
+// fewer for warpgroup 1 (no spills either way, ptxas).
 constexpr int kRegs0 = 208, kRegs1 = 168, kRegsP = 128;  // kRegs1: as launched
 constexpr int kRegs1Pair = 160, kRegsPPair = 136;
-// Warpgroup 0 releases buffer b of tile t before it waits for tile t + 1 (true), or only after it
-// has issued QK(t + 1) behind P V_L(t) (false: then the producer can start tile t + 2 only once
-// tile t + 1 is complete, one tile in flight). The pair's producer keeps each row's RoPE in
-// registers with the rest of the row and stores it like the e4m3 part, into both CTAs (true), or
-// copies it by cp.async once the buffer is free (false: a global load on the path from free to full).
-constexpr bool kReleaseFirst = true;
-constexpr bool kPairRopeRegs = true;
-// The pair's producer warp writes its rows (8 a piece) into its own buffer only and sends them to
-// the peer's by 9 bulk copies of 1024 bytes (cp.async.bulk shared::cta -> shared::cluster, by lanes
-// 0-8 after a fence and __syncwarp) (true; needs kPairRopeRegs), or stores each 16-byte chunk into
-// the peer's too by st.async (false: 18 st.async a thread and tile, whose register operands are
-// held until the remote store reads them).
-constexpr bool kPairBulkPeer = true;
-static_assert(!kPairBulkPeer || kPairRopeRegs, "the bulk copies carry the RoPE rows too");
 // The pair's producer converts chunk 0 of the next tile's row part right after it has stored the
-// current tile, before it issues the loads of the tile after next (true; needs kPairBulkPeer):
+// current tile, before it issues the loads of the tile after next (true):
 // ptxas tracks all the row loads on one scoreboard, so the first conversion of a tile otherwise
 // waits for the loads issued just before it (the tile after next's), their whole latency;
 // converted there it waits for the next tile's loads only, issued a tile earlier.
 constexpr bool kPairPreConvert = true;
-static_assert(!kPairPreConvert || kPairBulkPeer, "the pre-converted chunk is stored locally");
 static_assert(kRegs0 + kRegs1 + kRegsP <= 3 * 168 && kRegs0 + kRegs1Pair + kRegsPPair <= 3 * 168,
               "the registers the CTA was launched with");
 
@@ -115,8 +102,7 @@ __device__ __forceinline__ void mbar_arrive(unsigned bar) {
 
 // The CTA pair (kPair: the two head blocks of an h_q 128 token in a cluster of 2): the peer's
 // shared::cluster address of a local shared address; an arrival on the peer's mbarrier
-// (release at cluster scope); a wait at cluster scope; st.async of 16 bytes into the peer's
-// shared memory completing 16 bytes on the peer's mbarrier; the cluster barrier; the fence that
+// (release at cluster scope); a wait at cluster scope; the cluster barrier; the fence that
 // publishes mbarrier.init to the cluster.
 __device__ __forceinline__ unsigned peer_addr(unsigned addr, unsigned rank) {
     unsigned r;
@@ -136,13 +122,6 @@ __device__ __forceinline__ void mbar_wait_cluster(unsigned bar, unsigned parity)
         "@!done bra WAITC;\n"
         "}\n" ::"r"(bar),
         "r"(parity)
-        : "memory");
-}
-__device__ __forceinline__ void st_async_peer(unsigned peer_addr16, uint4 v, unsigned peer_bar) {
-    asm volatile(
-        "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, "
-        "[%5];\n" ::"r"(peer_addr16),
-        "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(peer_bar)
         : "memory");
 }
 // kPair 1: the waits on barriers that the peer completes (free, peer-full) acquire at cluster
@@ -231,14 +210,9 @@ __device__ __forceinline__ void fetch_part(const unsigned char *src, int j, RawP
 // j + 4 i (columns 64 i + 16 j, scale i / 2) -> bf16 chunks 2 j, 2 j + 1 of piece i; and issues
 // the cp.async of the row's RoPE chunks j, j + 4 (src null: zero fill) to piece 8. The 8 lanes of
 // a store phase hold rows 2 g, 2 g + 1 (swizzles of opposite parity): conflict free.
-// kPeer: the bf16 chunks also go to the same place of the peer CTA's buffer (peer_buf: its
-// shared::cluster address), completing their bytes on peer_bar; the RoPE stays local.
 // pre (kPairPreConvert): chunk 0 already converted (bf16 chunks 2 j, 2 j + 1 of piece 0).
-template <bool kPeer = false>
 __device__ __forceinline__ void store_nope(unsigned char *buf, int r, int j, const RawPart &raw,
-                                           unsigned peer_buf = 0, unsigned peer_bar = 0,
                                            const uint4 *pre = nullptr) {
-    unsigned char *row = buf + r * 128;
     const int sw = r & 7;
     const float sc[4] = {raw.sc.x, raw.sc.y, raw.sc.z, raw.sc.w};
 #pragma unroll
@@ -250,12 +224,7 @@ __device__ __forceinline__ void store_nope(unsigned char *buf, int r, int j, con
         const int o_lo = off + (((2 * j) ^ sw) << 4), o_hi = off + (((2 * j + 1) ^ sw) << 4);
         *reinterpret_cast<uint4 *>(buf + o_lo) = lo;
         *reinterpret_cast<uint4 *>(buf + o_hi) = hi;
-        if constexpr (kPeer) {
-            st_async_peer(peer_buf + o_lo, lo, peer_bar);
-            st_async_peer(peer_buf + o_hi, hi, peer_bar);
-        }
     }
-    (void)row;
 }
 __device__ __forceinline__ void store_rope(unsigned char *buf, int r, int j,
                                            const unsigned char *src, const void *any) {
@@ -272,10 +241,9 @@ __device__ __forceinline__ void store_part(unsigned char *buf, int r, int j, con
     store_rope(buf, r, j, src, any);
 }
 
-// The pair with kPairRopeRegs: lane part j of the fp8 row src's RoPE (chunks j, j + 4; null:
-// zeros, nothing read), loaded with the rest of the row; stored to piece 8 of row r of buf and,
-// by st.async completing on peer_bar, of the peer's buffer (2-way bank conflict: the two rows of
-// a store phase hold the same chunk set).
+// The pair: lane part j of the fp8 row src's RoPE (chunks j, j + 4; null: zeros, nothing read),
+// loaded with the rest of the row; stored to piece 8 of row r of buf (2-way bank conflict: the
+// two rows of a store phase hold the same chunk set).
 __device__ __forceinline__ void fetch_rope(const unsigned char *src, int j, uint4 (&rope)[2]) {
 #pragma unroll
     for (int k = 0; k < 2; k++)
@@ -287,16 +255,6 @@ __device__ __forceinline__ void store_rope_local(unsigned char *buf, int r, int 
     for (int k = 0; k < 2; k++)
         *reinterpret_cast<uint4 *>(buf + 8 * kPieceBytes + r * 128 + (((j + 4 * k) ^ (r & 7)) << 4)) =
             rope[k];
-}
-__device__ __forceinline__ void store_rope_peer(unsigned char *buf, int r, int j,
-                                                const uint4 (&rope)[2], unsigned peer_buf,
-                                                unsigned peer_bar) {
-#pragma unroll
-    for (int k = 0; k < 2; k++) {
-        const int off = 8 * kPieceBytes + r * 128 + (((j + 4 * k) ^ (r & 7)) << 4);
-        *reinterpret_cast<uint4 *>(buf + off) = rope[k];
-        st_async_peer(peer_buf + off, rope[k], peer_bar);
-    }
 }
 
 // st.shared.u32 of v at addr if neg < 0, in one asm: v is computed on every path.
@@ -433,10 +391,9 @@ __device__ __forceinline__ void produce(const typename F::Params &p, unsigned ch
 }
 
 // The producer of CTA c of a pair (fp8 rows): it converts round c (rows 16 pw + 8 c + lane / 4)
-// of every tile into its own buffer and, by st.async, the peer's (which converts the other
-// round), so each row is gathered and converted once for both head blocks; with kPairRopeRegs
-// the RoPE of its rows goes the same way (else that of all 64 rows by cp.async, locally), the
-// validity mask of all 64 rows it writes locally. With half the rows per thread it keeps two
+// of every tile, RoPE included, into its own buffer and, by bulk copies, the peer's (which
+// converts the other round), so each row is gathered and converted once for both head blocks;
+// the validity mask of all 64 rows it writes locally. With half the rows per thread it keeps two
 // tiles in registers (raw[t % 2], rope[t % 2]): tile t + 2's loads are issued as soon as tile t
 // is stored.
 // Buffer b is free for tile t once both CTAs' consumers released tile t - 2 (free[b] counts the
@@ -457,7 +414,7 @@ __device__ __forceinline__ void pair_load(const typename F::Params &p, int t2, i
             inext[rd] = sm90s::fetch_entry(list, (t2 + 1) * kBlockN + rows[rd], n);
         }
         fetch_part(c ? src[1] : src[0], j, raw);
-        if constexpr (kPairRopeRegs) fetch_rope(c ? src[1] : src[0], j, rope);
+        fetch_rope(c ? src[1] : src[0], j, rope);
     }
 }
 
@@ -476,35 +433,22 @@ __device__ __forceinline__ void produce_step(const typename F::Params &p, unsign
     // unconditional, so that no branch joins the loop's paths here (ptxas drained every load's
     // scoreboard at such a join).
     pair_wait<kPair>(bars + 16 + 8 * b, ((t >> 1) + 1) & 1);
-    constexpr int kPeerPieces = kPairRopeRegs ? 9 : 8;  // pieces the peer's bytes fill
-    if (wt == 0)
-        mbarrier_arrive_expect_tx(bars + 32 + 8 * b, 32 * kPeerPieces * kPieceBytes / kBlockM);
+    if (wt == 0)  // the peer's 32 rows of all 9 pieces
+        mbarrier_arrive_expect_tx(bars + 32 + 8 * b, 32 * sm90::kPieces * kPieceBytes / kBlockM);
     const int buf_off = b ? kSmemK1 : kSmemK0;
     const unsigned peer_bar = peer_base + kSmemBarW + 32 + 8 * b;
-    if constexpr (kPairBulkPeer) {
-        store_nope<false>(smem + buf_off, rows[0] + 8 * c, j, raw, 0, 0,
-                          kPairPreConvert ? pre : nullptr);
-        store_rope_local(smem + buf_off, rows[0] + 8 * c, j, rope);
-    } else {
-        store_nope<true>(smem + buf_off, rows[0] + 8 * c, j, raw, peer_base + buf_off, peer_bar);
-        if constexpr (kPairRopeRegs)
-            store_rope_peer(smem + buf_off, rows[0] + 8 * c, j, rope, peer_base + buf_off,
-                            peer_bar);
-    }
+    store_nope(smem + buf_off, rows[0] + 8 * c, j, raw, kPairPreConvert ? pre : nullptr);
+    store_rope_local(smem + buf_off, rows[0] + 8 * c, j, rope);
 #pragma unroll
-    for (int rd = 0; rd < 2; rd++) {
-        if constexpr (!kPairRopeRegs) store_rope(smem + buf_off, rows[rd], j, src[rd], F::any(p));
+    for (int rd = 0; rd < 2; rd++)
         write_valid8(smem + kSmemMaskW + 8 * b, src[rd] != nullptr, pw, rd, lane);
-    }
-    if constexpr (!kPairRopeRegs) cp_async_mbarrier_arrive_noinc(bars + 8 * b);  // the RoPE
     fence_proxy_async_shared();
-    if constexpr (kPairBulkPeer) {
-        // This warp's rows 16 pw + 8 c + [0, 8) of pieces 0-8: 1024 contiguous bytes a piece.
-        __syncwarp();
-        if (lane < sm90::kPieces) {
-            const int off = buf_off + lane * kPieceBytes + (16 * pw + 8 * c) * 128;
-            bulk_copy_peer(peer_base + off, base + off, 8 * 128, peer_bar);
-        }
+    // This warp's rows 16 pw + 8 c + [0, 8) of pieces 0-8 to the peer: 1024 contiguous bytes a
+    // piece, one bulk copy a lane (lanes 0-8), after every lane's fence.
+    __syncwarp();
+    if (lane < sm90::kPieces) {
+        const int off = buf_off + lane * kPieceBytes + (16 * pw + 8 * c) * 128;
+        bulk_copy_peer(peer_base + off, base + off, 8 * 128, peer_bar);
     }
     mbar_arrive(bars + 8 * b);
     if constexpr (kPairPreConvert) {
@@ -527,7 +471,7 @@ __device__ __forceinline__ void produce_pair(const typename F::Params &p, unsign
     const unsigned peer_base = peer_addr(smem_addr(smem), (unsigned)(c ^ 1));
     const int rows[2] = {pw * 16 + (lane >> 2), pw * 16 + 8 + (lane >> 2)};
     RawPart raw[2];
-    uint4 rope[2][2];  // kPairRopeRegs
+    uint4 rope[2][2];
     const unsigned char *src[2][2];
     int inext[2];
 #pragma unroll
@@ -537,7 +481,7 @@ __device__ __forceinline__ void produce_pair(const typename F::Params &p, unsign
             src[tp][rd] = F::kv_row(p, sm90s::fetch_entry(list, tp * kBlockN + rows[rd], n));
         // (past the last tile the rows are null: zeros, nothing read)
         fetch_part(c ? src[tp][1] : src[tp][0], j, raw[tp]);
-        if constexpr (kPairRopeRegs) fetch_rope(c ? src[tp][1] : src[tp][0], j, rope[tp]);
+        fetch_rope(c ? src[tp][1] : src[tp][0], j, rope[tp]);
     }
 #pragma unroll
     for (int rd = 0; rd < 2; rd++)
@@ -703,31 +647,17 @@ __device__ __forceinline__ void consume0(const typename F::Params &p, unsigned c
         wgmma_fence();
         pv_issue_rs<false>(o, pa, b ? k1 : k0, 0);
         wgmma_commit_group();
-        if constexpr (kReleaseFirst) {
-            // Buffer b released before tile t + 1 is awaited: the producer fills tile t + 2 while
-            // the consumers work on t + 1 (the ring's two tiles in flight), at the cost of QK(t + 1)
-            // issued only once P V_L(t) has retired.
-            wgmma_wait_group<0>();
-            reg_fence(o);
-            release<kPair>(bars, b, peer_bars, lane);  // V_L of buffer b consumed
-            if (t + 1 < n_tiles) {
-                wait_full<kPair>(bars, b ^ 1, t + 1);
-                wgmma_fence();
-                sm90s::qk_pieces<0, kPieces>(s, q, b ? k0 : k1);
-                wgmma_commit_group();
-            }
-        } else {
-            if (t + 1 < n_tiles) {  // QK(t + 1) queued behind P V_L(t)
-                wait_full<kPair>(bars, b ^ 1, t + 1);
-                wgmma_fence();
-                sm90s::qk_pieces<0, kPieces>(s, q, b ? k0 : k1);
-                wgmma_commit_group();
-                wgmma_wait_group<1>();
-            } else {
-                wgmma_wait_group<0>();
-            }
-            reg_fence(o);
-            release<kPair>(bars, b, peer_bars, lane);  // V_L of buffer b consumed
+        // Buffer b released before tile t + 1 is awaited: the producer fills tile t + 2 while
+        // the consumers work on t + 1 (the ring's two tiles in flight), at the cost of QK(t + 1)
+        // issued only once P V_L(t) has retired.
+        wgmma_wait_group<0>();
+        reg_fence(o);
+        release<kPair>(bars, b, peer_bars, lane);  // V_L of buffer b consumed
+        if (t + 1 < n_tiles) {
+            wait_full<kPair>(bars, b ^ 1, t + 1);
+            wgmma_fence();
+            sm90s::qk_pieces<0, kPieces>(s, q, b ? k0 : k1);
+            wgmma_commit_group();
         }
     }
     wgmma_wait_group<0>();  // (nothing in flight: tells ptxas so for the paths it cannot follow)
@@ -791,7 +721,7 @@ __device__ __forceinline__ void attend_cta_ws(const typename F::Params &p) {
         // full: the producer's 128 threads and their 128 cp.async arrivals; free: the 256
         // consumer threads (pair: the 8 consumer warps of each CTA); peer-full: this CTA's
         // producer posting the peer's bytes.
-        constexpr int kFull = kPair && kPairRopeRegs ? 128 : 256;  // no cp.async: no noinc
+        constexpr int kFull = kPair ? 128 : 256;  // the pair: no cp.async, no noinc arrivals
         mbarrier_init(bars, kFull);
         mbarrier_init(bars + 8, kFull);
         mbarrier_init(bars + 16, kPair ? 16 : 256);
