@@ -40,10 +40,10 @@
 // peer's producer posts with expect_tx after its own free wait), by 9 bulk copies of 1024 bytes
 // per warp (st.async of each 16-byte chunk measured 17 % slower: each holds its registers until
 // the remote store has read them); the RoPE of those rows too (read into registers with the rest
-// of the row: no global load between free and full); the mask of all 64 rows it writes locally. With one round per thread it keeps two tiles in registers (tile
-// t + 2's loads issued when tile t is stored; kPairPreConvert: chunk 0 of tile t + 1 converted
-// before them, see there). free[b] then counts the 8 consumer warps of
-// both CTAs (lane 0 of each arrives on both); the consumers wait full[b] and peer-full[b];
+// of the row: no global load between free and full); the mask of all 64 rows it writes locally.
+// With one round per thread it keeps two tiles in registers (tile t + 2's loads issued when tile
+// t is stored). free[b] then counts the 8 consumer warps of both CTAs (lane 0 of each arrives on
+// both); the consumers wait full[b] and peer-full[b];
 // cluster barriers after the mbarrier init and before exit. kPair 1: the waits on free and the
 // arrivals on the peer's at cluster scope (validated on the GPU; ptxas adds an L1 invalidation
 // after each wait and a GPU-scope fence before each arrival); kPair 2: CTA scope (pair_wait).
@@ -84,12 +84,6 @@ enum : int { kBarSReady = 1, kBarSFree = 2, kBarLReady = 3, kBarQ = 4 };
 // fewer for warpgroup 1 (no spills either way, ptxas).
 constexpr int kRegs0 = 208, kRegs1 = 168, kRegsP = 128;  // kRegs1: as launched
 constexpr int kRegs1Pair = 160, kRegsPPair = 136;
-// The pair's producer converts chunk 0 of the next tile's row part right after it has stored the
-// current tile, before it issues the loads of the tile after next (true):
-// ptxas tracks all the row loads on one scoreboard, so the first conversion of a tile otherwise
-// waits for the loads issued just before it (the tile after next's), their whole latency;
-// converted there it waits for the next tile's loads only, issued a tile earlier.
-constexpr bool kPairPreConvert = true;
 static_assert(kRegs0 + kRegs1 + kRegsP <= 3 * 168 && kRegs0 + kRegs1Pair + kRegsPPair <= 3 * 168,
               "the registers the CTA was launched with");
 
@@ -162,19 +156,13 @@ __device__ __forceinline__ void fence_mbarrier_init_cluster() {
 
 // ld.global.nc.L1::no_allocate of 16 / 4 bytes (the cache rows: read-only during the kernel,
 // shared with the token's other head-block CTA through L2, not L1).
-// kLdgL2Prefetch: with the .L2::256B hint (the 256-byte block around each address brought into
-// L2 at the first miss, so the row's other loads hit there).
-constexpr bool kLdgL2Prefetch = false;
+// The 16-byte loads carry the .L2::256B hint (the 256-byte block around the address brought into
+// L2 at the first miss, so the row's other loads hit there; measured about 1 % faster on the pair).
 __device__ __forceinline__ uint4 ldg_16(const unsigned char *p) {
     uint4 v;
-    if constexpr (kLdgL2Prefetch)
-        asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                     : "l"(p));
-    else
-        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                     : "l"(p));
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
     return v;
 }
 __device__ __forceinline__ float ldg_f32(const unsigned char *p) {
@@ -210,16 +198,13 @@ __device__ __forceinline__ void fetch_part(const unsigned char *src, int j, RawP
 // j + 4 i (columns 64 i + 16 j, scale i / 2) -> bf16 chunks 2 j, 2 j + 1 of piece i; and issues
 // the cp.async of the row's RoPE chunks j, j + 4 (src null: zero fill) to piece 8. The 8 lanes of
 // a store phase hold rows 2 g, 2 g + 1 (swizzles of opposite parity): conflict free.
-// pre (kPairPreConvert): chunk 0 already converted (bf16 chunks 2 j, 2 j + 1 of piece 0).
-__device__ __forceinline__ void store_nope(unsigned char *buf, int r, int j, const RawPart &raw,
-                                           const uint4 *pre = nullptr) {
+__device__ __forceinline__ void store_nope(unsigned char *buf, int r, int j, const RawPart &raw) {
     const int sw = r & 7;
     const float sc[4] = {raw.sc.x, raw.sc.y, raw.sc.z, raw.sc.w};
 #pragma unroll
     for (int i = 0; i < 8; i++) {
         uint4 lo, hi;
-        if (i == 0 && pre != nullptr) lo = pre[0], hi = pre[1];
-        else dequant16(raw.nope[i], sc[i >> 1], lo, hi);
+        dequant16(raw.nope[i], sc[i >> 1], lo, hi);
         const int off = i * kPieceBytes + r * 128;
         const int o_lo = off + (((2 * j) ^ sw) << 4), o_hi = off + (((2 * j + 1) ^ sw) << 4);
         *reinterpret_cast<uint4 *>(buf + o_lo) = lo;
@@ -255,26 +240,6 @@ __device__ __forceinline__ void store_rope_local(unsigned char *buf, int r, int 
     for (int k = 0; k < 2; k++)
         *reinterpret_cast<uint4 *>(buf + 8 * kPieceBytes + r * 128 + (((j + 4 * k) ^ (r & 7)) << 4)) =
             rope[k];
-}
-
-// st.shared.u32 of v at addr if neg < 0, in one asm: v is computed on every path.
-__device__ __forceinline__ void sink_never(unsigned v, int neg, unsigned addr) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.lt.s32 p, %1, 0;\n"
-        "@p st.shared.u32 [%2], %0;\n"
-        "}\n" ::"r"(v),
-        "r"(neg), "r"(addr)
-        : "memory");
-}
-
-// Keeps the compiler from moving the computation of v past this point (an empty asm that
-// takes and gives the registers).
-__device__ __forceinline__ void pin_regs(uint4 (&v)[2]) {
-#pragma unroll
-    for (int k = 0; k < 2; k++)
-        asm volatile("" : "+r"(v[k].x), "+r"(v[k].y), "+r"(v[k].z), "+r"(v[k].w));
 }
 
 // Writes the validity byte of rows 16 pw + 8 rd + [0, 8): lane 4 k holds row 16 pw + 8 rd + k.
@@ -418,15 +383,13 @@ __device__ __forceinline__ void pair_load(const typename F::Params &p, int t2, i
     }
 }
 
-// One tile t of the pair's producer; kLoads: then loads tile t + 2 into raw / rope (else the
-// caller does, later).
-template <class F, int kPair, bool kLoads>
+// One tile t of the pair's producer, then the loads of tile t + 2 into raw / rope.
+template <class F, int kPair>
 __device__ __forceinline__ void produce_step(const typename F::Params &p, unsigned char *smem,
                                              unsigned peer_base, int t, int n_tiles, int n,
                                              const int *list, const int (&rows)[2], int c,
                                              int j, int wt, RawPart &raw, uint4 (&rope)[2],
-                                             const unsigned char *(&src)[2], int (&inext)[2],
-                                             const RawPart &next, uint4 (&pre)[2]) {
+                                             const unsigned char *(&src)[2], int (&inext)[2]) {
     const int lane = wt & 31, pw = wt >> 5, b = t & 1;
     const unsigned base = smem_addr(smem), bars = base + kSmemBarW;
     // t < 2: parity 1, the phase before a fresh barrier's first, counts as complete (no wait);
@@ -437,7 +400,7 @@ __device__ __forceinline__ void produce_step(const typename F::Params &p, unsign
         mbarrier_arrive_expect_tx(bars + 32 + 8 * b, 32 * sm90::kPieces * kPieceBytes / kBlockM);
     const int buf_off = b ? kSmemK1 : kSmemK0;
     const unsigned peer_bar = peer_base + kSmemBarW + 32 + 8 * b;
-    store_nope(smem + buf_off, rows[0] + 8 * c, j, raw, kPairPreConvert ? pre : nullptr);
+    store_nope(smem + buf_off, rows[0] + 8 * c, j, raw);
     store_rope_local(smem + buf_off, rows[0] + 8 * c, j, rope);
 #pragma unroll
     for (int rd = 0; rd < 2; rd++)
@@ -451,14 +414,7 @@ __device__ __forceinline__ void produce_step(const typename F::Params &p, unsign
         bulk_copy_peer(peer_base + off, base + off, 8 * 128, peer_bar);
     }
     mbar_arrive(bars + 8 * b);
-    if constexpr (kPairPreConvert) {
-        // Waits for tile t + 1's loads (issued a tile ago) here. Unconditional (after the last
-        // tile it converts registers nobody stores): a branch around it would leave ptxas a path
-        // without the wait, and it would wait again at the first conversion of tile t + 1.
-        dequant16(next.nope[0], next.sc.x, pre[0], pre[1]);
-        pin_regs(pre);
-    }
-    if constexpr (kLoads) pair_load<F>(p, t + 2, n_tiles, n, list, rows, c, j, raw, rope, src, inext);
+    pair_load<F>(p, t + 2, n_tiles, n, list, rows, c, j, raw, rope, src, inext);
 }
 
 template <class F, int kPair>
@@ -486,43 +442,12 @@ __device__ __forceinline__ void produce_pair(const typename F::Params &p, unsign
 #pragma unroll
     for (int rd = 0; rd < 2; rd++)
         inext[rd] = sm90s::fetch_entry(list, 2 * kBlockN + rows[rd], n);
-    uint4 pre[2];  // kPairPreConvert: chunk 0 of the tile to store next, converted
-    if constexpr (kPairPreConvert) {
-        dequant16(raw[0].nope[0], raw[0].sc.x, pre[0], pre[1]);
-        // Every prologue load complete before the loop (ptxas spreads them over several
-        // scoreboards; one still pending at the loop's entry made it wait inside the loop, on every
-        // iteration's just issued loads too): a fold of all their registers, stored never (b >= 1)
-        // by a predicated store in one asm (a C++ branch around the store would take the fold
-        // with it).
-        unsigned acc = 0;
-#pragma unroll
-        for (int tp = 0; tp < 2; tp++) {
-#pragma unroll
-            for (int i = 0; i < 8; i++)
-                acc ^= raw[tp].nope[i].x ^ raw[tp].nope[i].y ^ raw[tp].nope[i].z ^ raw[tp].nope[i].w;
-            acc ^= __float_as_uint(raw[tp].sc.x) ^ __float_as_uint(raw[tp].sc.y) ^
-                   __float_as_uint(raw[tp].sc.z) ^ __float_as_uint(raw[tp].sc.w);
-#pragma unroll
-            for (int k = 0; k < 2; k++)
-                acc ^= rope[tp][k].x ^ rope[tp][k].y ^ rope[tp][k].z ^ rope[tp][k].w;
-        }
-        acc ^= (unsigned)inext[0] ^ (unsigned)inext[1];
-        sink_never(acc, p.b, smem_addr(smem + kSmemMaskW));
-    }
-    // The loop leaves as soon as the tiles are done (no path from a skipped step back to its top:
-    // ptxas then knows every load of the body waited for at its end).
     for (int t = 0; t < n_tiles; t += 2) {
-        // kPairPreConvert: the loads of the previous iteration's second tile (t + 1) here, after
-        // the loop's back edge, so that no load is in flight there (ptxas otherwise waited for
-        // all of them at the top of the loop).
-        if (kPairPreConvert && t > 0)
-            pair_load<F>(p, t + 1, n_tiles, n, list, rows, c, j, raw[1], rope[1], src[1], inext);
-        produce_step<F, kPair, true>(p, smem, peer_base, t, n_tiles, n, list, rows, c, j, wt,
-                                     raw[0], rope[0], src[0], inext, raw[1], pre);
+        produce_step<F, kPair>(p, smem, peer_base, t, n_tiles, n, list, rows, c, j, wt, raw[0],
+                               rope[0], src[0], inext);
         if (t + 1 >= n_tiles) break;
-        produce_step<F, kPair, !kPairPreConvert>(p, smem, peer_base, t + 1, n_tiles, n, list,
-                                                 rows, c, j, wt, raw[1], rope[1], src[1], inext,
-                                                 raw[0], pre);
+        produce_step<F, kPair>(p, smem, peer_base, t + 1, n_tiles, n, list, rows, c, j, wt,
+                               raw[1], rope[1], src[1], inext);
     }
     cp_async_wait<0>();  // no cp.async left in flight
 }
