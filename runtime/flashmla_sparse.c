@@ -1,5 +1,6 @@
 /* FlashMLA-compatible sparse decode: argument checks and dispatch of mla_flash_with_kvcache with
- * indices (kernel_src/flashmla/sparse_decode.cu), its shape helper and the kind builder.
+ * indices (kernel_src/flashmla/sparse_decode.cu and sparse_decode_sm90.cu) and its shape helper
+ * (the kind builder: runtime/flashmla_sparse_checks.c).
  * One CTA per (query token, 64 heads), no split: the schedule and the workspace are not used. */
 #include <math.h>
 #include <stdio.h>
@@ -12,48 +13,6 @@
 #define MAX_B 16777215
 #define MAX_S_Q 4
 #define MAX_TOPK (1 << 24)
-
-mla_status mla__flashmla_sparse_decode_build(const mla__spec *spec, char *name_expr, size_t size,
-                                             mla__launch_info *launch) {
-    return mla__flashmla_sparse_build_fixed(spec, "", "mla::flashmla::sparse::sparse_decode_kernel",
-                                            MLA__FLASHMLA_SPARSE_THREADS,
-                                            MLA__FLASHMLA_SPARSE_DECODE_SMEM, name_expr, size,
-                                            launch);
-}
-
-mla_status mla__flashmla_sparse_decode_sm90_build(const mla__spec *spec, char *name_expr,
-                                                  size_t size, mla__launch_info *launch) {
-    return mla__flashmla_sparse_build_fixed(spec, "",
-                                            "mla::flashmla::sparse::sparse_decode_sm90_kernel<0>",
-                                            MLA__FLASHMLA_SPARSE_THREADS,
-                                            MLA__FLASHMLA_SPARSE_SM90_SMEM, name_expr, size,
-                                            launch);
-}
-
-mla_status mla__flashmla_sparse_decode_sm90ws_build(const mla__spec *spec, char *name_expr,
-                                                    size_t size, mla__launch_info *launch) {
-    return mla__flashmla_sparse_build_fixed(spec, "",
-                                            "mla::flashmla::sparse::sparse_decode_sm90_kernel<1>",
-                                            MLA__FLASHMLA_SPARSE_WS_THREADS,
-                                            MLA__FLASHMLA_SPARSE_SM90_SMEM, name_expr, size,
-                                            launch);
-}
-
-mla_status mla__flashmla_sparse_decode_sm90x2_build(const mla__spec *spec, char *name_expr,
-                                                    size_t size, mla__launch_info *launch) {
-    return mla__flashmla_sparse_build_cluster(
-        spec, "", "mla::flashmla::sparse::sparse_decode_sm90_kernel<2>",
-        MLA__FLASHMLA_SPARSE_WS_THREADS, MLA__FLASHMLA_SPARSE_SM90_SMEM, 2, name_expr, size,
-        launch);
-}
-
-mla_status mla__flashmla_sparse_decode_sm90x2c_build(const mla__spec *spec, char *name_expr,
-                                                     size_t size, mla__launch_info *launch) {
-    return mla__flashmla_sparse_build_cluster(
-        spec, "", "mla::flashmla::sparse::sparse_decode_sm90_kernel<3>",
-        MLA__FLASHMLA_SPARSE_WS_THREADS, MLA__FLASHMLA_SPARSE_SM90_SMEM, 2, name_expr, size,
-        launch);
-}
 
 /* Everything the checks learn about a call. */
 typedef struct sdims {

@@ -13,14 +13,15 @@
 struct mla__spec;
 struct mla__launch_info;
 
-/* "flashmla_sparse_decode" (no params): runtime/flashmla_sparse.c;
- * "flashmla_sparse_prefill" (d_qk: 576 or 512): runtime/flashmla_sparse_prefill.c. */
-mla_status mla__flashmla_sparse_decode_build(const struct mla__spec *spec, char *name_expr,
-                                             size_t size, struct mla__launch_info *launch);
+/* "flashmla_sparse_prefill" (d_qk: 576 or 512; the portable prefill):
+ * runtime/flashmla_sparse_prefill.c. */
 mla_status mla__flashmla_sparse_prefill_build(const struct mla__spec *spec, char *name_expr,
                                               size_t size, struct mla__launch_info *launch);
-/* The sm_90a wgmma kinds (no params; kernel_src/flashmla/sparse_decode_sm90.cu,
- * sparse_prefill_sm90.cu), launched on sm_90a only, on a flat grid (tokens * ceil(h_q / 64)):
+/* The builder of the kinds without parameters (runtime/flashmla_sparse_checks.c, one table):
+ * checks that spec has none, names the kernel, sets its launch. The kinds:
+ *   "flashmla_sparse_decode"         the portable decode (kernel_src/flashmla/sparse_decode.cu)
+ * and the sm_90a wgmma kinds (kernel_src/flashmla/sparse_decode_sm90.cu, sparse_prefill_sm90.cu),
+ * launched on sm_90a only, on a flat grid (tokens * ceil(h_q / 64)):
  *   "flashmla_sparse_decode_sm90"    two-warpgroup ping-pong kernel (sparse_sm90.cuh; the
  *                                    default at h_q <= 64)
  *   "flashmla_sparse_decode_sm90x2"  warp-specialized kernel (sparse_ws_sm90.cuh), the two head
@@ -31,22 +32,8 @@ mla_status mla__flashmla_sparse_prefill_build(const struct mla__spec *spec, char
  *   "flashmla_sparse_decode_sm90ws"  warp-specialized kernel, one CTA per head block (comparison)
  *   "flashmla_sparse_prefill_sm90"   warp-specialized kernel (d_qk 576)
  *   "flashmla_sparse_prefill_sm90pp" ping-pong kernel (comparison) */
-mla_status mla__flashmla_sparse_decode_sm90_build(const struct mla__spec *spec, char *name_expr,
-                                                  size_t size, struct mla__launch_info *launch);
-mla_status mla__flashmla_sparse_decode_sm90x2_build(const struct mla__spec *spec,
-                                                    char *name_expr, size_t size,
-                                                    struct mla__launch_info *launch);
-mla_status mla__flashmla_sparse_decode_sm90x2c_build(const struct mla__spec *spec,
-                                                     char *name_expr, size_t size,
-                                                     struct mla__launch_info *launch);
-mla_status mla__flashmla_sparse_decode_sm90ws_build(const struct mla__spec *spec,
-                                                    char *name_expr, size_t size,
-                                                    struct mla__launch_info *launch);
-mla_status mla__flashmla_sparse_prefill_sm90_build(const struct mla__spec *spec, char *name_expr,
-                                                   size_t size, struct mla__launch_info *launch);
-mla_status mla__flashmla_sparse_prefill_sm90pp_build(const struct mla__spec *spec,
-                                                     char *name_expr, size_t size,
-                                                     struct mla__launch_info *launch);
+mla_status mla__flashmla_sparse_fixed_build(const struct mla__spec *spec, char *name_expr,
+                                            size_t size, struct mla__launch_info *launch);
 /* The kind a sparse call on arch runs: on sm_90a the sm_90a kind (the prefill for d_qk 576 only)
  * unless force is "portable" (the runtime's $MLAJIT_FLASHMLA_DECODE choice, read at
  * mla_runtime_create; may be NULL), else the portable kind. The decode at h_q > 64 runs the CTA
@@ -56,19 +43,6 @@ mla_status mla__flashmla_sparse_prefill_sm90pp_build(const struct mla__spec *spe
  * $MLAJIT_FLASHMLA_SPARSE_SM90, for comparisons. prefill: 0 decode, 1 prefill. */
 const char *mla__flashmla_sparse_kind(const char *arch, int prefill, int d_qk, int h_q,
                                       const char *force);
-/* The builder of a kind without parameters: checks that spec has none (note is added to the
- * message, "" or " (why)"), names kernel (a name expression) and sets the launch (threads,
- * dynamic_smem bytes, no cluster). */
-mla_status mla__flashmla_sparse_build_fixed(const struct mla__spec *spec, const char *note,
-                                            const char *kernel, int threads, int dynamic_smem,
-                                            char *name_expr, size_t size,
-                                            struct mla__launch_info *launch);
-/* The same with a cluster of `cluster` CTAs along x. */
-mla_status mla__flashmla_sparse_build_cluster(const struct mla__spec *spec, const char *note,
-                                              const char *kernel, int threads, int dynamic_smem,
-                                              int cluster, char *name_expr, size_t size,
-                                              struct mla__launch_info *launch);
-
 /* mla_flash_with_kvcache and its shape helper when args->indices is set. */
 mla_status mla__flash_sparse_decode(mla_runtime *rt, const mla_flash_with_kvcache_args *args,
                                     CUstream stream);

@@ -1,6 +1,6 @@
 /* Argument checks and the launch the FlashMLA-compatible sparse entry points share
  * (runtime/flashmla_sparse.c, runtime/flashmla_sparse_prefill.c; the args check also serves
- * runtime/flashmla_decode.c). */
+ * runtime/flashmla_decode.c), the kind choice and the builder of the kinds without parameters. */
 #include <stdio.h>
 #include <string.h>
 
@@ -26,26 +26,48 @@ const char *mla__flashmla_sparse_kind(const char *arch, int prefill, int d_qk, i
     return prefill ? "flashmla_sparse_prefill" : "flashmla_sparse_decode";
 }
 
-mla_status mla__flashmla_sparse_build_fixed(const mla__spec *spec, const char *note,
-                                            const char *kernel, int threads, int dynamic_smem,
-                                            char *name_expr, size_t size,
-                                            mla__launch_info *launch) {
-    return mla__flashmla_sparse_build_cluster(spec, note, kernel, threads, dynamic_smem, 1,
-                                              name_expr, size, launch);
-}
+/* The kinds without parameters: the kernel (a name expression) and its launch. */
+typedef struct fixed_kind {
+    const char *kind, *note, *kernel;  /* note: added to the parameter message */
+    int threads, dynamic_smem, cluster;
+} fixed_kind;
 
-mla_status mla__flashmla_sparse_build_cluster(const mla__spec *spec, const char *note,
-                                              const char *kernel, int threads, int dynamic_smem,
-                                              int cluster, char *name_expr, size_t size,
-                                              mla__launch_info *launch) {
+#define SPARSE_NS "mla::flashmla::sparse::"
+static const fixed_kind fixed_kinds[] = {
+    {"flashmla_sparse_decode", "", SPARSE_NS "sparse_decode_kernel", MLA__FLASHMLA_SPARSE_THREADS,
+     MLA__FLASHMLA_SPARSE_DECODE_SMEM, 1},
+    {"flashmla_sparse_decode_sm90", "", SPARSE_NS "sparse_decode_sm90_kernel<0>",
+     MLA__FLASHMLA_SPARSE_THREADS, MLA__FLASHMLA_SPARSE_SM90_SMEM, 1},
+    {"flashmla_sparse_decode_sm90ws", "", SPARSE_NS "sparse_decode_sm90_kernel<1>",
+     MLA__FLASHMLA_SPARSE_WS_THREADS, MLA__FLASHMLA_SPARSE_SM90_SMEM, 1},
+    {"flashmla_sparse_decode_sm90x2", "", SPARSE_NS "sparse_decode_sm90_kernel<2>",
+     MLA__FLASHMLA_SPARSE_WS_THREADS, MLA__FLASHMLA_SPARSE_SM90_SMEM, 2},
+    {"flashmla_sparse_decode_sm90x2c", "", SPARSE_NS "sparse_decode_sm90_kernel<3>",
+     MLA__FLASHMLA_SPARSE_WS_THREADS, MLA__FLASHMLA_SPARSE_SM90_SMEM, 2},
+    {"flashmla_sparse_prefill_sm90", " (d_qk 576 only)", SPARSE_NS "sparse_prefill_sm90_kernel<1>",
+     MLA__FLASHMLA_SPARSE_WS_THREADS, MLA__FLASHMLA_SPARSE_SM90_SMEM, 1},
+    {"flashmla_sparse_prefill_sm90pp", " (d_qk 576 only)",
+     SPARSE_NS "sparse_prefill_sm90_kernel<0>", MLA__FLASHMLA_SPARSE_THREADS,
+     MLA__FLASHMLA_SPARSE_SM90_SMEM, 1},
+};
+#undef SPARSE_NS
+
+mla_status mla__flashmla_sparse_fixed_build(const mla__spec *spec, char *name_expr, size_t size,
+                                            mla__launch_info *launch) {
+    const fixed_kind *f = NULL;
+    for (size_t i = 0; i < sizeof fixed_kinds / sizeof fixed_kinds[0] && !f; i++)
+        if (!strcmp(spec->kernel, fixed_kinds[i].kind)) f = &fixed_kinds[i];
+    MLA_RETURN_ERROR_IF(f == NULL, MLA_ERR_INTERNAL, "%s: not a sparse kind without parameters",
+                        spec->kernel);
     MLA_ARG_CHECK(spec->n_params == 0, "%s: expected no parameters%s, got %d (first: %s)",
-                  spec->kernel, note, spec->n_params, spec->n_params ? spec->params[0].name : "");
-    int n = snprintf(name_expr, size, "%s", kernel);
+                  spec->kernel, f->note, spec->n_params,
+                  spec->n_params ? spec->params[0].name : "");
+    int n = snprintf(name_expr, size, "%s", f->kernel);
     MLA_RETURN_ERROR_IF(n < 0 || (size_t)n >= size, MLA_ERR_INTERNAL,
                         "%s: name expression buffer of %zu bytes too small", spec->kernel, size);
-    launch->threads = threads;
-    launch->dynamic_smem = dynamic_smem;
-    launch->cluster = cluster;
+    launch->threads = f->threads;
+    launch->dynamic_smem = f->dynamic_smem;
+    launch->cluster = f->cluster;
     return MLA_OK;
 }
 

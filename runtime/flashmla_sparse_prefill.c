@@ -27,24 +27,6 @@ mla_status mla__flashmla_sparse_prefill_build(const mla__spec *spec, char *name_
     return MLA_OK;
 }
 
-mla_status mla__flashmla_sparse_prefill_sm90_build(const mla__spec *spec, char *name_expr,
-                                                   size_t size, mla__launch_info *launch) {
-    return mla__flashmla_sparse_build_fixed(spec, " (d_qk 576 only)",
-                                            "mla::flashmla::sparse::sparse_prefill_sm90_kernel<1>",
-                                            MLA__FLASHMLA_SPARSE_WS_THREADS,
-                                            MLA__FLASHMLA_SPARSE_SM90_SMEM, name_expr, size,
-                                            launch);
-}
-
-mla_status mla__flashmla_sparse_prefill_sm90pp_build(const mla__spec *spec, char *name_expr,
-                                                     size_t size, mla__launch_info *launch) {
-    return mla__flashmla_sparse_build_fixed(spec, " (d_qk 576 only)",
-                                            "mla::flashmla::sparse::sparse_prefill_sm90_kernel<0>",
-                                            MLA__FLASHMLA_SPARSE_THREADS,
-                                            MLA__FLASHMLA_SPARSE_SM90_SMEM, name_expr, size,
-                                            launch);
-}
-
 void mla_flash_sparse_fwd_args_init(mla_flash_sparse_fwd_args *args) {
     memset(args, 0, sizeof *args);
     args->struct_size = sizeof *args;

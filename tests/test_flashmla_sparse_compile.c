@@ -112,6 +112,19 @@ ParameterizedTest(bad_spec *b, flashmla_sparse_compile, bad_specs) {
               b->kernel, b->name, b->value, b->want, mla_status_string(s), mla_last_error());
 }
 
+/* The table builder of the kinds without parameters refuses a kind it does not hold (a kind
+ * table entry pointing at it by mistake) with an internal error naming the kind. */
+Test(flashmla_sparse_compile, fixed_build_unknown_kind) {
+    mla__spec spec;
+    mla__spec_init(&spec, "flashmla_sparse_prefill");
+    char name[256];
+    mla__launch_info launch;
+    mla_status s = mla__flashmla_sparse_fixed_build(&spec, name, sizeof name, &launch);
+    cr_expect(s == MLA_ERR_INTERNAL && strstr(mla_last_error(), "flashmla_sparse_prefill"),
+              "expected MLA_ERR_INTERNAL naming the kind, got %s: %s", mla_status_string(s),
+              mla_last_error());
+}
+
 /* Which kind a sparse call runs: the wgmma kinds on sm_90a only (the prefill for d_qk 576 only),
  * the portable ones when forced and on every other target. */
 Test(flashmla_sparse_compile, kind_choice) {

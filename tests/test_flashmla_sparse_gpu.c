@@ -12,7 +12,8 @@
  * at d_qk 576, on an H100/H200), each case runs twice on the same inputs: on the wgmma kernel
  * ("[sm90]" in messages), then on the portable one through a second runtime created with
  * MLAJIT_FLASHMLA_DECODE=portable ("[portable]"), outputs poisoned again in between; after each
- * run the runtime's kernel table must hold the kind that run was meant to use and not the other.
+ * run the runtime's kernel table must hold the kind that run was meant to use and not the other
+ * run's (the portable run: not the default run's kind, e.g. the CTA pair at h_q 128).
  * Reproduce a failure with MLAJIT_TEST_SEED=<seed from the message>. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
@@ -83,26 +84,28 @@ static int runtime_with_decode_env(const char *value, mla_runtime **rt) {
     return ok;
 }
 
-/* rt ran kind want and never the other kind of the pair (portable, sm90). */
+/* rt ran kind want and never kind other. */
 static void assert_kind(const mla_runtime *rt, const char *name, const char *want,
-                        const char *portable, const char *sm90, const char *what) {
-    const char *other = strcmp(want, portable) ? portable : sm90;
-    cr_assert(mlt_loaded_of_kind(rt, want) >= 1 && mlt_loaded_of_kind(rt, other) == 0, "%s%s: expected "
-              "%s only, the runtime loaded %d %s and %d %s kernels", name, what, want,
+                        const char *other) {
+    cr_assert(mlt_loaded_of_kind(rt, want) >= 1 && mlt_loaded_of_kind(rt, other) == 0, "%s: expected "
+              "%s only, the runtime loaded %d %s and %d %s kernels", name, want,
               mlt_loaded_of_kind(rt, want), want, mlt_loaded_of_kind(rt, other), other);
 }
 
 /* The runs of a case: the default runtime, then (where it picked the wgmma kind) a portable one.
- * Returns the number of runs (1 or 2) and fills rts / kinds / whats. */
+ * Returns the number of runs (1 or 2) and fills rts / kinds / whats, and others: the kind each run
+ * must not have loaded (the portable kind for the wgmma run, the default run's kind for the
+ * portable one; with one run, the plain sm_90a kind). */
 static int case_runtimes(mla_runtime *rt, int prefill, int d_qk, int h_q, mla_runtime **rts,
-                         const char **kinds, const char **whats) {
+                         const char **kinds, const char **whats, const char **others) {
     /* $MLAJIT_FLASHMLA_SPARSE_SM90 may pick the other sm_90a structure (a run for comparison) */
     const char *kind =
         mla__flashmla_sparse_kind(rt->arch, prefill, d_qk, h_q, rt->flashmla_sparse_sm90);
     const char *portable = prefill ? "flashmla_sparse_prefill" : "flashmla_sparse_decode";
     rts[0] = rt, kinds[0] = kind, whats[0] = "";
+    others[0] = prefill ? "flashmla_sparse_prefill_sm90" : "flashmla_sparse_decode_sm90";
     if (!strcmp(kind, portable)) return 1;
-    whats[0] = " [sm90]";
+    whats[0] = " [sm90]", others[0] = portable, others[1] = kind;
     cr_assert(runtime_with_decode_env("portable", &rts[1]) && rts[1] != rt,
               "a second runtime with MLAJIT_FLASHMLA_DECODE=portable: %s", mla_last_error());
     cr_assert(rts[1]->flashmla_decode_portable, "MLAJIT_FLASHMLA_DECODE=portable at creation "
@@ -256,8 +259,8 @@ ParameterizedTest(dec_case *c, flashmla_sparse_gpu, decode) {
     };
     mlr_flashmla_sparse_decode(&p, wo, wl);
     mla_runtime *rts[2];
-    const char *kinds[2], *whats[2];
-    const int runs = case_runtimes(rt, 0, 0, c->h_q, rts, kinds, whats);
+    const char *kinds[2], *whats[2], *others[2];
+    const int runs = case_runtimes(rt, 0, 0, c->h_q, rts, kinds, whats, others);
     for (int v = 0; v < runs; v++) {
         char name[96];
         snprintf(name, sizeof name, "%s%s", c->name, whats[v]);
@@ -268,8 +271,7 @@ ParameterizedTest(dec_case *c, flashmla_sparse_gpu, decode) {
         cr_assert(s == MLA_OK, "%s: mla_flash_with_kvcache: %s: %s", name, mla_status_string(s),
                   mla_last_error());
         CU_OK(rt, mlt_sync(rt), name);
-        assert_kind(rts[v], name, kinds[v], "flashmla_sparse_decode",
-                    "flashmla_sparse_decode_sm90", "");
+        assert_kind(rts[v], name, kinds[v], others[v]);
         CU_OK(rt, mlt_download(rt, ho, dout, no * 2), name);
         CU_OK(rt, mlt_download(rt, hl, dlse, nl * 4), name);
         for (size_t x = 0; x < no; x++) go[x] = mlr_flashmla_bf16_to_f64(ho[x]);
@@ -388,8 +390,8 @@ ParameterizedTest(pre_case *c, flashmla_sparse_gpu, prefill) {
     };
     mlr_flashmla_sparse_prefill(&p, wo, wm, wl);
     mla_runtime *rts[2];
-    const char *kinds[2], *whats[2];
-    const int runs = case_runtimes(rt, 1, d, c->h_q, rts, kinds, whats);
+    const char *kinds[2], *whats[2], *others[2];
+    const int runs = case_runtimes(rt, 1, d, c->h_q, rts, kinds, whats, others);
     for (int v = 0; v < runs; v++) {
         char name[96];
         snprintf(name, sizeof name, "%s%s", c->name, whats[v]);
@@ -400,8 +402,7 @@ ParameterizedTest(pre_case *c, flashmla_sparse_gpu, prefill) {
         cr_assert(s == MLA_OK, "%s: mla_flash_sparse_fwd: %s: %s", name, mla_status_string(s),
                   mla_last_error());
         CU_OK(rt, mlt_sync(rt), name);
-        assert_kind(rts[v], name, kinds[v], "flashmla_sparse_prefill",
-                    "flashmla_sparse_prefill_sm90", "");
+        assert_kind(rts[v], name, kinds[v], others[v]);
         CU_OK(rt, mlt_download(rt, ho, dout, no * 2), name);
         CU_OK(rt, mlt_download(rt, hm, dml, ns * 4), name);
         CU_OK(rt, mlt_download(rt, hl, dlse, ns * 4), name);

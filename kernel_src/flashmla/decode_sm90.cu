@@ -87,6 +87,36 @@ constexpr int kWgThreads = 128;
 // M0 / M1: sM0 / sM1 written; P0 / P1: sP0 / sP1 written; P0_FREE: warpgroup 1 has read sP0.
 enum NamedBarrier : int { kBarM0 = 1, kBarM1 = 2, kBarP0 = 3, kBarP1 = 4, kBarP0Free = 5 };
 
+// Where a thread of the two-warpgroup pipeline stands (lane, warp, its row slab wm = warp % 4,
+// warpgroup wg, thread wt in the warpgroup) and the addresses of the layout above from the
+// 1024-aligned base (bar0: K0's two share mbarriers, bar1: K1's); the kernels bind them by name:
+//   const auto [lane, warp, wm, wg, wt] = thread90();
+//   const auto [base, q, k0, k1, bar0, bar1, sm0, sm1, red] = smem90(smem);
+struct Thread90 {
+    int lane, warp, wm, wg, wt;
+};
+__device__ __forceinline__ Thread90 thread90() {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp & 3, wg = warp >> 2;
+    const int wt = threadIdx.x & (kWgThreads - 1);
+    return {lane, warp, wm, wg, wt};
+}
+struct Smem90 {
+    unsigned base, q, k0, k1, bar0, bar1;
+    float *sm0, *sm1, *red;
+};
+__device__ __forceinline__ Smem90 smem90(unsigned char *smem) {
+    const unsigned base = smem_addr(smem);
+    return {base,
+            base + kSmemQ90,
+            base + kSmemK0,
+            base + kSmemK1,
+            base + kSmemBar,
+            base + kSmemBar + 2 * 8,
+            reinterpret_cast<float *>(smem + kSmemM0),
+            reinterpret_cast<float *>(smem + kSmemM1),
+            reinterpret_cast<float *>(smem + kSmemRed90)};
+}
+
 // Byte offset of 16-byte chunk c (of 72) of row r in a 64 x 576 tile.
 __device__ __forceinline__ unsigned tile_off(int r, int c) {
     return (unsigned)((c >> 3) * kPieceBytes + r * 128 + (((c & 7) ^ (r & 7)) << 4));
@@ -630,14 +660,8 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
                                unsigned (&phase)[2], int req, int g, int m, int rows, int len,
                                int t_begin, int t_end, bool direct, int slot, bool preloaded) {
     constexpr bool kF16 = KvTraits<kKV>::kF16;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp & 3, wg = warp >> 2;
-    const int wt = threadIdx.x & (kWgThreads - 1);
-    const unsigned base = smem_addr(smem);
-    const unsigned q = base + kSmemQ90, k0 = base + kSmemK0, k1 = base + kSmemK1;
-    const unsigned bar0 = base + kSmemBar, bar1 = bar0 + 2 * 8;
-    float *sm0 = reinterpret_cast<float *>(smem + kSmemM0);
-    float *sm1 = reinterpret_cast<float *>(smem + kSmemM1);
-    float *red = reinterpret_cast<float *>(smem + kSmemRed90);
+    const auto [lane, warp, wm, wg, wt] = thread90();
+    const auto [base, q, k0, k1, bar0, bar1, sm0, sm1, red] = smem90(smem);
     const volatile NextChunk *nx = reinterpret_cast<const volatile NextChunk *>(smem + kSmemNext);
     RowState st;
     float o[32][4];

@@ -309,14 +309,8 @@ template <class F>
 __device__ __forceinline__ void attend_token(const typename F::Params &p, unsigned char *smem,
                                              int token, int m) {
     using namespace sm90;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp & 3, wg = warp >> 2;
-    const int wt = threadIdx.x & (kWgThreads - 1);
-    const unsigned base = smem_addr(smem);
-    const unsigned q = base + kSmemQ90, k0 = base + kSmemK0, k1 = base + kSmemK1;
-    const unsigned bar0 = base + kSmemBar, bar1 = bar0 + 2 * 8;
-    float *sm0 = reinterpret_cast<float *>(smem + kSmemM0);
-    float *sm1 = reinterpret_cast<float *>(smem + kSmemM1);
-    float *red = reinterpret_cast<float *>(smem + kSmemRed90);
+    const auto [lane, warp, wm, wg, wt] = thread90();
+    const auto [base, q, k0, k1, bar0, bar1, sm0, sm1, red] = smem90(smem);
     unsigned *mask0 = reinterpret_cast<unsigned *>(smem + kSmemMask), *mask1 = mask0 + 4;
 
     // Q rows (cp.async, one group), then the mbarriers (before any cp.async arrives on them).

@@ -10,19 +10,21 @@
 // wgmma.m64n64k16, Q and K from shared memory), the online softmax, P to shared memory (sS) with
 // the factor each row's O takes (sScale), and O[:, :256] += P V_L (P from registers); warpgroup
 // 1 (warps 4-7) only scales O[:, 256:] by sScale and adds sS V_R; warpgroup 2 (warps 8-11) is
-// the producer. Registers (setmaxnreg): 208 / 168 / 128 (launch: 168 each; ptxas: no spills).
+// the producer. Registers (setmaxnreg): 208 / 168 / 128, the pair 208 / 160 / 136 (launch: 168
+// each; ptxas: no spills).
 //
 // Tile t lives in buffer b = t % 2 (K0, K1). Per tile:
 //   producer: waits free[b] (t >= 2), writes the bf16 tile and its validity byte-mask, fences,
 //             arrives on full[b] (128 arrivals plus 128 cp.async noinc ones: the RoPE, or
-//             the bf16 rows).
+//             the bf16 rows; the pair: 128 arrivals).
 //   WG0:      waits full[b] (before issuing QK(t), at the end of tile t - 1), S -> softmax; waits
 //             S_FREE (WG1 done with sS of tile t - 1), writes sS and sScale, arrives S_READY;
-//             issues P V_L, then QK(t + 1) behind it, retires P V_L (wait_group 1), arrives
-//             free[b].
+//             issues P V_L, retires it, arrives free[b], then waits full[b ^ 1] and issues
+//             QK(t + 1) (releasing b first keeps two tiles in flight: with QK(t + 1) queued
+//             behind P V_L before the release, the producer could start tile t + 2 only once
+//             tile t + 1 was complete; measured 7-9 % slower, docs/perf-notes.md).
 //   WG1:      waits S_READY, scales O_R, sS V_R, arrives free[b] and S_FREE.
-// So the producer fills tile t + 2 while the consumers work on tile t + 1, and QK(t + 1) queues
-// on the tensor cores behind P V(t) without a round trip through the softmax.
+// So the producer fills tile t + 2 while the consumers work on tile t + 1.
 // fp8 rows: the producer holds the raw bytes of the next tile in registers (each round's loads
 // issued right after that round of the current tile is stored): lane (row 16 w + 8 rd + lane / 4,
 // part j = lane % 4) of producer warp w reads e4m3 chunks j + 4 i (i = 0..7; the 4 lanes of a row
@@ -33,12 +35,15 @@
 // buffer's 64-bit mask = row r valid (an invalid entry is never read, its row zero); WG0 masks
 // its S with it. Optional (F::prefetch): an L2 prefetch of the rows of the tile after next.
 // The CTA pair (kPair, fp8, h_q > 64; a cluster of 2 along x, CTA rank m = the head block): the
-// producer of CTA c converts round c of every tile (half the rows) into its own buffer and, by
-// st.async completing bytes on the peer's peer-full[b] (32768 bytes a tile, which the peer's
-// producer posts with expect_tx after its own free wait), into the peer's; the RoPE and the mask
-// of all 64 rows it writes locally. With one round per thread it keeps two tiles in registers
-// (tile t + 2's loads issued when tile t is stored). free[b] then counts the 8 consumer warps of
-// both CTAs (lane 0 of each arrives on both); the consumers wait full[b] and peer-full[b];
+// producer of CTA c converts round c of every tile (half the rows) into its own buffer and sends
+// it into the peer's, completing bytes on the peer's peer-full[b] (36864 bytes a tile, which the
+// peer's producer posts with expect_tx after its own free wait), by 9 bulk copies of 1024 bytes
+// per warp (st.async of each 16-byte chunk measured 17 % slower: each holds its registers until
+// the remote store has read them); the RoPE of those rows too (read into registers with the rest
+// of the row: no global load between free and full); the mask of all 64 rows it writes locally.
+// With one round per thread it keeps two tiles in registers (tile t + 2's loads issued when tile
+// t is stored). free[b] then counts the 8 consumer warps of both CTAs (lane 0 of each arrives on
+// both); the consumers wait full[b] and peer-full[b];
 // cluster barriers after the mbarrier init and before exit. kPair 1: the waits on free and the
 // arrivals on the peer's at cluster scope (validated on the GPU; ptxas adds an L1 invalidation
 // after each wait and a GPU-scope fence before each arrival); kPair 2: CTA scope (pair_wait).
@@ -75,8 +80,12 @@ static_assert(kSmemS % 1024 == 0, "sS swizzle atoms 1024-aligned");
 // Named barriers (0 is __syncthreads): S_READY / S_FREE between warpgroups 0 and 1 (256
 // threads), L_READY (the row sums, at the end), Q (warpgroup 0's Q load).
 enum : int { kBarSReady = 1, kBarSFree = 2, kBarLReady = 3, kBarQ = 4 };
+// The pair's producer holds two tiles of raw rows and their RoPE: 8 more registers for it, 8
+// fewer for warpgroup 1 (no spills either way, ptxas).
 constexpr int kRegs0 = 208, kRegs1 = 168, kRegsP = 128;  // kRegs1: as launched
-static_assert(kRegs0 + kRegs1 + kRegsP <= 3 * 168, "the registers the CTA was launched with");
+constexpr int kRegs1Pair = 160, kRegsPPair = 136;
+static_assert(kRegs0 + kRegs1 + kRegsP <= 3 * 168 && kRegs0 + kRegs1Pair + kRegsPPair <= 3 * 168,
+              "the registers the CTA was launched with");
 
 // setmaxnreg_inc / setmaxnreg_dec: common/wgmma.cuh.
 
@@ -87,8 +96,7 @@ __device__ __forceinline__ void mbar_arrive(unsigned bar) {
 
 // The CTA pair (kPair: the two head blocks of an h_q 128 token in a cluster of 2): the peer's
 // shared::cluster address of a local shared address; an arrival on the peer's mbarrier
-// (release at cluster scope); a wait at cluster scope; st.async of 16 bytes into the peer's
-// shared memory completing 16 bytes on the peer's mbarrier; the cluster barrier; the fence that
+// (release at cluster scope); a wait at cluster scope; the cluster barrier; the fence that
 // publishes mbarrier.init to the cluster.
 __device__ __forceinline__ unsigned peer_addr(unsigned addr, unsigned rank) {
     unsigned r;
@@ -110,13 +118,6 @@ __device__ __forceinline__ void mbar_wait_cluster(unsigned bar, unsigned parity)
         "r"(parity)
         : "memory");
 }
-__device__ __forceinline__ void st_async_peer(unsigned peer_addr16, uint4 v, unsigned peer_bar) {
-    asm volatile(
-        "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, "
-        "[%5];\n" ::"r"(peer_addr16),
-        "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(peer_bar)
-        : "memory");
-}
 // kPair 1: the waits on barriers that the peer completes (free, peer-full) acquire at cluster
 // scope and the arrivals on the peer's free release at cluster scope (ptxas: each wait is
 // followed by CCTL.IVALL, each arrival preceded by MEMBAR.ALL.GPU); kPair 2: CTA scope, as
@@ -135,6 +136,16 @@ __device__ __forceinline__ void pair_arrive_peer(unsigned peer_bar) {
     if constexpr (kPair == 1) mbar_arrive_peer(peer_bar);
     else mbar_arrive_peer_cta(peer_bar);
 }
+// cp.async.bulk.shared::cluster.shared::cta: bytes (a multiple of 16) from local shared memory
+// src to the peer's dst (shared::cluster), completing them on the peer's mbarrier peer_bar.
+__device__ __forceinline__ void bulk_copy_peer(unsigned peer_dst, unsigned src, unsigned bytes,
+                                               unsigned peer_bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+        "[%3];\n" ::"r"(peer_dst),
+        "r"(src), "r"(bytes), "r"(peer_bar)
+        : "memory");
+}
 __device__ __forceinline__ void cluster_sync_all() {
     asm volatile("barrier.cluster.arrive.release.aligned;\n"
                  "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
@@ -145,9 +156,11 @@ __device__ __forceinline__ void fence_mbarrier_init_cluster() {
 
 // ld.global.nc.L1::no_allocate of 16 / 4 bytes (the cache rows: read-only during the kernel,
 // shared with the token's other head-block CTA through L2, not L1).
+// The 16-byte loads carry the .L2::256B hint (the 256-byte block around the address brought into
+// L2 at the first miss, so the row's other loads hit there; measured about 1 % faster on the pair).
 __device__ __forceinline__ uint4 ldg_16(const unsigned char *p) {
     uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p));
     return v;
@@ -185,12 +198,7 @@ __device__ __forceinline__ void fetch_part(const unsigned char *src, int j, RawP
 // j + 4 i (columns 64 i + 16 j, scale i / 2) -> bf16 chunks 2 j, 2 j + 1 of piece i; and issues
 // the cp.async of the row's RoPE chunks j, j + 4 (src null: zero fill) to piece 8. The 8 lanes of
 // a store phase hold rows 2 g, 2 g + 1 (swizzles of opposite parity): conflict free.
-// kPeer: the bf16 chunks also go to the same place of the peer CTA's buffer (peer_buf: its
-// shared::cluster address), completing their bytes on peer_bar; the RoPE stays local.
-template <bool kPeer = false>
-__device__ __forceinline__ void store_nope(unsigned char *buf, int r, int j, const RawPart &raw,
-                                           unsigned peer_buf = 0, unsigned peer_bar = 0) {
-    unsigned char *row = buf + r * 128;
+__device__ __forceinline__ void store_nope(unsigned char *buf, int r, int j, const RawPart &raw) {
     const int sw = r & 7;
     const float sc[4] = {raw.sc.x, raw.sc.y, raw.sc.z, raw.sc.w};
 #pragma unroll
@@ -201,12 +209,7 @@ __device__ __forceinline__ void store_nope(unsigned char *buf, int r, int j, con
         const int o_lo = off + (((2 * j) ^ sw) << 4), o_hi = off + (((2 * j + 1) ^ sw) << 4);
         *reinterpret_cast<uint4 *>(buf + o_lo) = lo;
         *reinterpret_cast<uint4 *>(buf + o_hi) = hi;
-        if constexpr (kPeer) {
-            st_async_peer(peer_buf + o_lo, lo, peer_bar);
-            st_async_peer(peer_buf + o_hi, hi, peer_bar);
-        }
     }
-    (void)row;
 }
 __device__ __forceinline__ void store_rope(unsigned char *buf, int r, int j,
                                            const unsigned char *src, const void *any) {
@@ -221,6 +224,22 @@ __device__ __forceinline__ void store_part(unsigned char *buf, int r, int j, con
                                            const unsigned char *src, const void *any) {
     store_nope(buf, r, j, raw);
     store_rope(buf, r, j, src, any);
+}
+
+// The pair: lane part j of the fp8 row src's RoPE (chunks j, j + 4; null: zeros, nothing read),
+// loaded with the rest of the row; stored to piece 8 of row r of buf (2-way bank conflict: the
+// two rows of a store phase hold the same chunk set).
+__device__ __forceinline__ void fetch_rope(const unsigned char *src, int j, uint4 (&rope)[2]) {
+#pragma unroll
+    for (int k = 0; k < 2; k++)
+        rope[k] = src ? ldg_16(src + kFp8RopeOff + 16 * (j + 4 * k)) : make_uint4(0, 0, 0, 0);
+}
+__device__ __forceinline__ void store_rope_local(unsigned char *buf, int r, int j,
+                                                 const uint4 (&rope)[2]) {
+#pragma unroll
+    for (int k = 0; k < 2; k++)
+        *reinterpret_cast<uint4 *>(buf + 8 * kPieceBytes + r * 128 + (((j + 4 * k) ^ (r & 7)) << 4)) =
+            rope[k];
 }
 
 // Writes the validity byte of rows 16 pw + 8 rd + [0, 8): lane 4 k holds row 16 pw + 8 rd + k.
@@ -337,42 +356,65 @@ __device__ __forceinline__ void produce(const typename F::Params &p, unsigned ch
 }
 
 // The producer of CTA c of a pair (fp8 rows): it converts round c (rows 16 pw + 8 c + lane / 4)
-// of every tile into its own buffer and, by st.async, the peer's (which converts the other
-// round), so each row is gathered and converted once for both head blocks; the RoPE and the
-// validity mask of all 64 rows it writes locally. With half the rows per thread it keeps two
-// tiles in registers (raw[t % 2]): tile t + 2's loads are issued as soon as tile t is stored.
+// of every tile, RoPE included, into its own buffer and, by bulk copies, the peer's (which
+// converts the other round), so each row is gathered and converted once for both head blocks;
+// the validity mask of all 64 rows it writes locally. With half the rows per thread it keeps two
+// tiles in registers (raw[t % 2], rope[t % 2]): tile t + 2's loads are issued as soon as tile t
+// is stored.
 // Buffer b is free for tile t once both CTAs' consumers released tile t - 2 (free[b] counts the
 // 8 consumer warps of each CTA); the peer's bytes complete this CTA's peer-full[b], whose
 // expected bytes this producer posts after that wait.
+// Loads tile t2 (if t2 < n_tiles) into raw / rope: this round's row parts, the addresses of both
+// rounds' rows (src, for the validity mask) from the indices fetched before (inext), which then
+// become those of tile t2 + 1.
+template <class F>
+__device__ __forceinline__ void pair_load(const typename F::Params &p, int t2, int n_tiles, int n,
+                                          const int *list, const int (&rows)[2], int c, int j,
+                                          RawPart &raw, uint4 (&rope)[2],
+                                          const unsigned char *(&src)[2], int (&inext)[2]) {
+    if (t2 < n_tiles) {
+#pragma unroll
+        for (int rd = 0; rd < 2; rd++) {
+            src[rd] = F::kv_row(p, inext[rd]);
+            inext[rd] = sm90s::fetch_entry(list, (t2 + 1) * kBlockN + rows[rd], n);
+        }
+        fetch_part(c ? src[1] : src[0], j, raw);
+        fetch_rope(c ? src[1] : src[0], j, rope);
+    }
+}
+
+// One tile t of the pair's producer, then the loads of tile t + 2 into raw / rope.
 template <class F, int kPair>
 __device__ __forceinline__ void produce_step(const typename F::Params &p, unsigned char *smem,
                                              unsigned peer_base, int t, int n_tiles, int n,
                                              const int *list, const int (&rows)[2], int c,
-                                             int j, int wt, RawPart &raw,
+                                             int j, int wt, RawPart &raw, uint4 (&rope)[2],
                                              const unsigned char *(&src)[2], int (&inext)[2]) {
     const int lane = wt & 31, pw = wt >> 5, b = t & 1;
     const unsigned base = smem_addr(smem), bars = base + kSmemBarW;
-    if (t >= 2) pair_wait<kPair>(bars + 16 + 8 * b, ((t >> 1) + 1) & 1);
-    if (wt == 0) mbarrier_arrive_expect_tx(bars + 32 + 8 * b, 32 * 8 * kPieceBytes / kBlockM);
+    // t < 2: parity 1, the phase before a fresh barrier's first, counts as complete (no wait);
+    // unconditional, so that no branch joins the loop's paths here (ptxas drained every load's
+    // scoreboard at such a join).
+    pair_wait<kPair>(bars + 16 + 8 * b, ((t >> 1) + 1) & 1);
+    if (wt == 0)  // the peer's 32 rows of all 9 pieces
+        mbarrier_arrive_expect_tx(bars + 32 + 8 * b, 32 * sm90::kPieces * kPieceBytes / kBlockM);
     const int buf_off = b ? kSmemK1 : kSmemK0;
-    store_nope<true>(smem + buf_off, rows[0] + 8 * c, j, raw, peer_base + buf_off,
-                     peer_base + kSmemBarW + 32 + 8 * b);
+    const unsigned peer_bar = peer_base + kSmemBarW + 32 + 8 * b;
+    store_nope(smem + buf_off, rows[0] + 8 * c, j, raw);
+    store_rope_local(smem + buf_off, rows[0] + 8 * c, j, rope);
 #pragma unroll
-    for (int rd = 0; rd < 2; rd++) {
-        store_rope(smem + buf_off, rows[rd], j, src[rd], F::any(p));
+    for (int rd = 0; rd < 2; rd++)
         write_valid8(smem + kSmemMaskW + 8 * b, src[rd] != nullptr, pw, rd, lane);
-    }
-    cp_async_mbarrier_arrive_noinc(bars + 8 * b);  // the RoPE
     fence_proxy_async_shared();
-    mbar_arrive(bars + 8 * b);
-    if (t + 2 < n_tiles) {  // tile t + 2 into these registers
-#pragma unroll
-        for (int rd = 0; rd < 2; rd++) {
-            src[rd] = F::kv_row(p, inext[rd]);
-            inext[rd] = sm90s::fetch_entry(list, (t + 3) * kBlockN + rows[rd], n);
-        }
-        fetch_part(c ? src[1] : src[0], j, raw);
+    // This warp's rows 16 pw + 8 c + [0, 8) of pieces 0-8 to the peer: 1024 contiguous bytes a
+    // piece, one bulk copy a lane (lanes 0-8), after every lane's fence.
+    __syncwarp();
+    if (lane < sm90::kPieces) {
+        const int off = buf_off + lane * kPieceBytes + (16 * pw + 8 * c) * 128;
+        bulk_copy_peer(peer_base + off, base + off, 8 * 128, peer_bar);
     }
+    mbar_arrive(bars + 8 * b);
+    pair_load<F>(p, t + 2, n_tiles, n, list, rows, c, j, raw, rope, src, inext);
 }
 
 template <class F, int kPair>
@@ -385,6 +427,7 @@ __device__ __forceinline__ void produce_pair(const typename F::Params &p, unsign
     const unsigned peer_base = peer_addr(smem_addr(smem), (unsigned)(c ^ 1));
     const int rows[2] = {pw * 16 + (lane >> 2), pw * 16 + 8 + (lane >> 2)};
     RawPart raw[2];
+    uint4 rope[2][2];
     const unsigned char *src[2][2];
     int inext[2];
 #pragma unroll
@@ -392,17 +435,19 @@ __device__ __forceinline__ void produce_pair(const typename F::Params &p, unsign
 #pragma unroll
         for (int rd = 0; rd < 2; rd++)
             src[tp][rd] = F::kv_row(p, sm90s::fetch_entry(list, tp * kBlockN + rows[rd], n));
-        if (tp < n_tiles) fetch_part(c ? src[tp][1] : src[tp][0], j, raw[tp]);
+        // (past the last tile the rows are null: zeros, nothing read)
+        fetch_part(c ? src[tp][1] : src[tp][0], j, raw[tp]);
+        fetch_rope(c ? src[tp][1] : src[tp][0], j, rope[tp]);
     }
 #pragma unroll
     for (int rd = 0; rd < 2; rd++)
         inext[rd] = sm90s::fetch_entry(list, 2 * kBlockN + rows[rd], n);
     for (int t = 0; t < n_tiles; t += 2) {
-        produce_step<F, kPair>(p, smem, peer_base, t, n_tiles, n, list, rows, c, j, wt, raw[0], src[0],
-                        inext);
-        if (t + 1 < n_tiles)
-            produce_step<F, kPair>(p, smem, peer_base, t + 1, n_tiles, n, list, rows, c, j, wt, raw[1],
-                            src[1], inext);
+        produce_step<F, kPair>(p, smem, peer_base, t, n_tiles, n, list, rows, c, j, wt, raw[0],
+                               rope[0], src[0], inext);
+        if (t + 1 >= n_tiles) break;
+        produce_step<F, kPair>(p, smem, peer_base, t + 1, n_tiles, n, list, rows, c, j, wt,
+                               raw[1], rope[1], src[1], inext);
     }
     cp_async_wait<0>();  // no cp.async left in flight
 }
@@ -454,17 +499,26 @@ __device__ __forceinline__ void wait_full(unsigned bars, int b, int t) {
     }
 }
 
+// The consumers' addresses (layout above): the base, K0, K1, the mbarriers, sScale and sL;
+// bound by name: const auto [base, k0, k1, bars, sscale, sl] = smem_ws(smem);
+struct SmemWs {
+    unsigned base, k0, k1, bars;
+    float *sscale, *sl;
+};
+__device__ __forceinline__ SmemWs smem_ws(unsigned char *smem) {
+    const unsigned base = smem_addr(smem);
+    return {base, base + kSmemK0, base + kSmemK1, base + kSmemBarW,
+            reinterpret_cast<float *>(smem + kSmemScale), reinterpret_cast<float *>(smem + kSmemL)};
+}
+
 // Warpgroup 0 (wt: thread in it; wm its warp): S, softmax, P V_L.
 template <class F, int kPair>
 __device__ __forceinline__ void consume0(const typename F::Params &p, unsigned char *smem,
                                          int token, int m, int wt, unsigned peer_bars) {
     using namespace sm90;
     const int lane = wt & 31, wm = wt >> 5;
-    const unsigned base = smem_addr(smem);
-    const unsigned q = base + kSmemQ, k0 = base + kSmemK0, k1 = base + kSmemK1;
-    const unsigned bars = base + kSmemBarW;
-    float *sscale = reinterpret_cast<float *>(smem + kSmemScale);
-    float *sl = reinterpret_cast<float *>(smem + kSmemL);
+    const auto [base, k0, k1, bars, sscale, sl] = smem_ws(smem);
+    const unsigned q = base + kSmemQ;
     const unsigned long long *masks =
         reinterpret_cast<const unsigned long long *>(smem + kSmemMaskW);
     {  // Q rows: 2 threads a row
@@ -518,17 +572,18 @@ __device__ __forceinline__ void consume0(const typename F::Params &p, unsigned c
         wgmma_fence();
         pv_issue_rs<false>(o, pa, b ? k1 : k0, 0);
         wgmma_commit_group();
-        if (t + 1 < n_tiles) {  // QK(t + 1) queued behind P V_L(t)
+        // Buffer b released before tile t + 1 is awaited: the producer fills tile t + 2 while
+        // the consumers work on t + 1 (the ring's two tiles in flight), at the cost of QK(t + 1)
+        // issued only once P V_L(t) has retired.
+        wgmma_wait_group<0>();
+        reg_fence(o);
+        release<kPair>(bars, b, peer_bars, lane);  // V_L of buffer b consumed
+        if (t + 1 < n_tiles) {
             wait_full<kPair>(bars, b ^ 1, t + 1);
             wgmma_fence();
             sm90s::qk_pieces<0, kPieces>(s, q, b ? k0 : k1);
             wgmma_commit_group();
-            wgmma_wait_group<1>();
-        } else {
-            wgmma_wait_group<0>();
         }
-        reg_fence(o);
-        release<kPair>(bars, b, peer_bars, lane);  // V_L of buffer b consumed
     }
     wgmma_wait_group<0>();  // (nothing in flight: tells ptxas so for the paths it cannot follow)
     reg_fence(s);
@@ -549,10 +604,7 @@ __device__ __forceinline__ void consume1(const typename F::Params &p, unsigned c
                                          int token, int m, int wt, unsigned peer_bars) {
     using namespace sm90;
     const int lane = wt & 31, wm = wt >> 5;
-    const unsigned base = smem_addr(smem);
-    const unsigned k0 = base + kSmemK0, k1 = base + kSmemK1, bars = base + kSmemBarW;
-    const float *sscale = reinterpret_cast<const float *>(smem + kSmemScale);
-    const float *sl = reinterpret_cast<const float *>(smem + kSmemL);
+    const auto [base, k0, k1, bars, sscale, sl] = smem_ws(smem);
     const int n = F::count(p, token), n_tiles = (n + kBlockN - 1) / kBlockN;
     const int r0 = wm * 16 + (lane >> 2);
     RowState st;
@@ -594,8 +646,9 @@ __device__ __forceinline__ void attend_cta_ws(const typename F::Params &p) {
         // full: the producer's 128 threads and their 128 cp.async arrivals; free: the 256
         // consumer threads (pair: the 8 consumer warps of each CTA); peer-full: this CTA's
         // producer posting the peer's bytes.
-        mbarrier_init(bars, 256);
-        mbarrier_init(bars + 8, 256);
+        constexpr int kFull = kPair ? 128 : 256;  // the pair: no cp.async, no noinc arrivals
+        mbarrier_init(bars, kFull);
+        mbarrier_init(bars + 8, kFull);
         mbarrier_init(bars + 16, kPair ? 16 : 256);
         mbarrier_init(bars + 24, kPair ? 16 : 256);
         mbarrier_init(bars + 32, 1);
@@ -607,13 +660,14 @@ __device__ __forceinline__ void attend_cta_ws(const typename F::Params &p) {
     const unsigned peer_bars = kPair ? peer_addr(bars, (unsigned)(m ^ 1)) : 0u;
     const int wg = threadIdx.x >> 7, wt = threadIdx.x & 127;
     if (wg == 2) {
-        setmaxnreg_dec<kRegsP>();
+        setmaxnreg_dec<kPair ? kRegsPPair : kRegsP>();
         if constexpr (kPair) produce_pair<F, kPair>(p, smem, token, m, wt);
         else produce<F>(p, smem, token, wt);
     } else if (wg == 0) {
         setmaxnreg_inc<kRegs0>();
         consume0<F, kPair>(p, smem, token, m, wt, peer_bars);
     } else {
+        if constexpr (kPair) setmaxnreg_dec<kRegs1Pair>();
         consume1<F, kPair>(p, smem, token, m, wt, peer_bars);
     }
     // No CTA of a pair leaves while its peer may still write into its shared memory or arrive on
