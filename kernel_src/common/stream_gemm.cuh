@@ -109,9 +109,10 @@ struct Config {
     static constexpr int kStageBytes = (kWBytes + kABytes + kWSfBytes + 1023) / 1024 * 1024;
     static constexpr int kRingBytes = kStages * kStageBytes;
     static constexpr int kDPitch = kTP + 1;
-    // Sized for the mma.sync path's K parts (at least the wgmma path's), so that the shared
-    // memory of a configuration is the same on every path (the runtime mirrors it).
-    static constexpr int kRedBytes = (kConsumerWarps / kWR) * kBN * kDPitch * 4;
+    // With kMathAuto sized for the mma.sync path's K parts (at least the wgmma path's), so that
+    // the shared memory of a configuration is the same on every path (the runtime mirrors it).
+    static constexpr int kRedWK = kMath_ == kMathWgmma ? kWK : kConsumerWarps / kWR;
+    static constexpr int kRedBytes = kRedWK * kBN * kDPitch * 4;
     static_assert(kMulti || kRedBytes <= kRingBytes, "the reduction fits the ring");
     static constexpr int kTableBytes = kTP * kSfRow;
     // With several tiles the reduction has its own buffer (the ring holds the next tile's data).
@@ -470,6 +471,7 @@ __device__ __forceinline__ void consume_wg(const Operands &op, int n0, int f0, c
     for (int ks = 0; ks < steps; ++ks) {
         const int f = f0 + ks, s = f % Cfg::kStages;
         mbarrier_wait_parity(sm.full(s), (unsigned)((f / Cfg::kStages) & 1));
+        __syncwarp();                                   // converged for the .aligned wgmma
         const unsigned wbase = smem_u32(sm.w(s)), abase = smem_u32(sm.a(s));
         const unsigned sfbase = smem_u32(sm.wsf(s));
 #pragma unroll
