@@ -14,10 +14,11 @@ using namespace mla;
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("CUDA %s at %d: %s\n", #x, __LINE__, cudaGetErrorString(e_)); exit(1);} } while (0)
 
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads) k_test(sgemm::Operands op, float *out, int N, const __grid_constant__ sgemm::Maps maps) {
+__global__ void __launch_bounds__(Cfg::kThreads) k_test(sgemm::Operands op, float *out, int N, int pf, const __grid_constant__ sgemm::Maps maps) {
     op.maps = &maps;
     extern __shared__ __align__(128) unsigned char smem[];
     const int n0 = blockIdx.x * Cfg::kBN;
+    if (pf && threadIdx.x == 0) sgemm::prefetch_w_l2(op, n0, Cfg::kBN);
     sgemm::run<Cfg>(op, n0, smem, [] {}, [&](const float *D, int T) {
         for (int i = threadIdx.x; i < T * Cfg::kBN; i += Cfg::kConsumers) {
             const int t = i / Cfg::kBN, r = i % Cfg::kBN;
@@ -29,12 +30,13 @@ __global__ void __launch_bounds__(Cfg::kThreads) k_test(sgemm::Operands op, floa
 // K split: grid (N / BN, S), CTA (x, y) covers K slice y of K / S and writes its fp32 partial
 // to out + y * T * N (the host sums the slices in order).
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads) k_split(sgemm::Operands op, float *out, int N, const __grid_constant__ sgemm::Maps maps) {
+__global__ void __launch_bounds__(Cfg::kThreads) k_split(sgemm::Operands op, float *out, int N, int pf, const __grid_constant__ sgemm::Maps maps) {
     op.maps = &maps;
     extern __shared__ __align__(128) unsigned char smem[];
     const int n0 = blockIdx.x * Cfg::kBN, S = gridDim.y, y = blockIdx.y;
     const int len = op.k_len / S, k0 = y * len;
     op.a_sf += k0 / 32; op.w_k0 = k0; op.a_col0 = k0; op.k_len = len;
+    if (pf && threadIdx.x == 0) sgemm::prefetch_w_l2(op, n0, Cfg::kBN);
     float *o = out + (long long)y * op.T * N;
     sgemm::run<Cfg>(op, n0, smem, [] {}, [&](const float *D, int T) {
         for (int i = threadIdx.x; i < T * Cfg::kBN; i += Cfg::kConsumers) {
@@ -46,11 +48,13 @@ __global__ void __launch_bounds__(Cfg::kThreads) k_split(sgemm::Operands op, flo
 
 // The attention's phase-3 use: a 256-thread block, 4 consumer warps, tiles blockIdx.x + i * grid.
 template <class Cfg>
-__global__ void __launch_bounds__(256) k_multi(sgemm::Operands op, float *out, int N, const __grid_constant__ sgemm::Maps maps) {
+__global__ void __launch_bounds__(256) k_multi(sgemm::Operands op, float *out, int N, int pf, const __grid_constant__ sgemm::Maps maps) {
     op.maps = &maps;
     extern __shared__ __align__(128) unsigned char smem[];
     const int tiles = N / Cfg::kBN;
     const int count = (int)blockIdx.x < tiles ? (tiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
+    if (pf && threadIdx.x == 0)
+        for (int i = 0; i < count; ++i) sgemm::prefetch_w_l2(op, ((int)blockIdx.x + i * (int)gridDim.x) * Cfg::kBN, Cfg::kBN);
     sgemm::run_tiles<Cfg>(op, count, [](int i) { return ((int)blockIdx.x + i * (int)gridDim.x) * Cfg::kBN; }, smem, [] {},
         [&](int, int n0, const float *D, int T) {
             for (int i = threadIdx.x; i < T * Cfg::kBN; i += Cfg::kConsumers) {
@@ -86,7 +90,7 @@ static unsigned rnd() { static unsigned long long x = 88172645463325252ull; x ^=
 static unsigned char rb() { unsigned b; do b = rnd() & 0xff; while ((b & 0x7f) == 0x7f); return (unsigned char)b; }
 
 template <class Cfg, bool kMultiK = false, int kSplit = 1>
-static void run_case(const char *name, int N, int K, int T) {
+static void run_case(const char *name, int N, int K, int T, int pf = 0) {
     const int nbuf = 4;
     size_t wbytes = (size_t)N * K, sfbytes = (size_t)(N / 128) * ((K / 32 + 3) / 4) * 512;
     std::vector<unsigned char> w(wbytes), wsf(sfbytes), a((size_t)T * K), asf((size_t)T * K / 32);
@@ -105,14 +109,14 @@ static void run_case(const char *name, int N, int K, int T) {
     op.w_kb = K / 32; op.w_k0 = 0; op.k_len = K; op.T = T; op.a_col0 = 0; op.maps = nullptr;
     std::vector<sgemm::Maps> maps(nbuf);
     for (int b = 0; b < nbuf; ++b) make_maps<Cfg>(&maps[b], dw + b * wbytes, N, K, da, T, dwsf + b * sfbytes);
-    void (*kern)(sgemm::Operands, float *, int, sgemm::Maps);
+    void (*kern)(sgemm::Operands, float *, int, int, sgemm::Maps);
     if constexpr (kMultiK) kern = k_multi<Cfg>;
     else if constexpr (kSplit > 1) kern = k_split<Cfg>;
     else kern = k_test<Cfg>;
     const dim3 grid(kMultiK ? 132 : N / Cfg::kBN, kSplit);
     const int block = kMultiK ? 256 : Cfg::kThreads;
     CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
-    kern<<<grid, block, Cfg::kSmemBytes>>>(op, dout, N, maps[0]);
+    kern<<<grid, block, Cfg::kSmemBytes>>>(op, dout, N, pf, maps[0]);
     CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
     std::vector<float> outs((size_t)kSplit * T * N), out((size_t)T * N, 0.f);
     CK(cudaMemcpy(outs.data(), dout, outs.size() * 4, cudaMemcpyDeviceToHost));
@@ -120,7 +124,7 @@ static void run_case(const char *name, int N, int K, int T) {
         for (size_t i = 0; i < out.size(); ++i) out[i] += outs[(size_t)y * T * N + i];
     double maxerr = 0, maxref = 0, maxrel = 0; int bad = 0;
     const bool none = Cfg::kMath == sgemm::kMathNone;
-    const int stride = T > 8 ? 29 : 7;
+    const int stride = T > 16 ? 101 : (T > 8 ? 29 : 7);
     for (int t = 0; t < T; ++t)
         for (int n = t % stride; n < N; n += (n % 97 == 0 ? 1 : stride)) {
             double ref = 0, refabs = 0;
@@ -137,14 +141,14 @@ static void run_case(const char *name, int N, int K, int T) {
         }
     cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
     const int iters = 40;
-    for (int i = 0; i < 4; ++i) { op.w = dw + (i % nbuf) * wbytes; op.w_sf = dwsf + (i % nbuf) * sfbytes; kern<<<grid, block, Cfg::kSmemBytes>>>(op, dout, N, maps[i % nbuf]); }
+    for (int i = 0; i < 4; ++i) { op.w = dw + (i % nbuf) * wbytes; op.w_sf = dwsf + (i % nbuf) * sfbytes; kern<<<grid, block, Cfg::kSmemBytes>>>(op, dout, N, pf, maps[i % nbuf]); }
     CK(cudaEventRecord(e0));
-    for (int i = 0; i < iters; ++i) { op.w = dw + (i % nbuf) * wbytes; op.w_sf = dwsf + (i % nbuf) * sfbytes; kern<<<grid, block, Cfg::kSmemBytes>>>(op, dout, N, maps[i % nbuf]); }
+    for (int i = 0; i < iters; ++i) { op.w = dw + (i % nbuf) * wbytes; op.w_sf = dwsf + (i % nbuf) * sfbytes; kern<<<grid, block, Cfg::kSmemBytes>>>(op, dout, N, pf, maps[i % nbuf]); }
     CK(cudaEventRecord(e1)); CK(cudaEventSynchronize(e1));
     float ms; CK(cudaEventElapsedTime(&ms, e0, e1));
     double us = ms * 1000 / iters;
-    printf("%-34s N %5d K %5d T %2d smem %6d grid %4d: %s (bad %d, max err %.3g of max |ref| %.3g, max err/sum|terms| %.2g)  %.2f us  %.2f TB/s (W + scales)\n",
-           name, N, K, T, Cfg::kSmemBytes, (int)(grid.x * grid.y), none ? "timing only" : (bad ? "FAIL" : "ok"), bad, maxerr, maxref, maxrel, us,
+    printf("%-34s%s N %5d K %5d T %2d smem %6d grid %4d: %s (bad %d, max err %.3g of max |ref| %.3g, max err/sum|terms| %.2g)  %.2f us  %.2f TB/s (W + scales)\n",
+           name, pf ? " pf" : "   ", N, K, T, Cfg::kSmemBytes, (int)(grid.x * grid.y), none ? "timing only" : (bad ? "FAIL" : "ok"), bad, maxerr, maxref, maxrel, us,
            (wbytes + sfbytes) / us * 1e-6);
     fflush(stdout);
     cudaFree(dw); cudaFree(dwsf); cudaFree(da); cudaFree(dasf); cudaFree(dout);
@@ -171,36 +175,44 @@ int main(int argc, char **argv) {
     using namespace sgemm;
 #define CASE(...) if (only < 0 || only == idx) __VA_ARGS__; ++idx
     CASE(copy_ref());
-    // out-proj B shape: N 4096, K 8192 (the library's T <= 16 configurations first)
-    CASE((run_case<Config<32, 1, 512, 5, 1, 256, 8, false, kMathMmaSync>>("B mma bn32 nt1 ks512 st5", 4096, 8192, 1)));
-    CASE((run_case<Config<32, 2, 512, 4, 1, 256, 8, false, kMathMmaSync>>("B mma bn32 nt2 ks512 st4", 4096, 8192, 13)));
-    CASE((run_case<Config<32, 1, 512, 5, 1, 256, 8, false, kMathNone>>("B none bn32 nt1 ks512 st5", 4096, 8192, 1)));
-    CASE((run_case<Config<32, 1, 512, 8, 1, 256, 8, false, kMathNone>>("B none bn32 nt1 ks512 st8", 4096, 8192, 1)));
-    CASE((run_case<Config<32, 1, 512, 5, 1, 256, 8, false, kMathWgmma>>("B wg bn32 nt1 ks512 st5", 4096, 8192, 1)));
-    CASE((run_case<Config<32, 2, 512, 4, 1, 256, 8, false, kMathWgmma>>("B wg bn32 nt2 ks512 st4", 4096, 8192, 13)));
-    CASE((run_case<Config<32, 2, 512, 4, 1, 256, 8, false, kMathWgmma>>("B wg bn32 nt2 ks512 st4", 4096, 8192, 16)));
-    CASE((run_case<Config<32, 1, 512, 8, 1, 256, 8, false, kMathWgmma>>("B wg bn32 nt1 ks512 st8", 4096, 8192, 1)));
-    CASE((run_case<Config<64, 1, 256, 8, 1, 256, 8, false, kMathWgmma>, false, 2>("B wg bn64 nt1 ks256 st8 split2", 4096, 8192, 1)));
-    CASE((run_case<Config<64, 2, 256, 6, 1, 256, 8, false, kMathWgmma>, false, 2>("B wg bn64 nt2 ks256 st6 split2", 4096, 8192, 16)));
-    // out-proj A shape: N 8192, K 4096 (one group)
-    CASE((run_case<Config<64, 1, 256, 5, 1, 128, 8, false, kMathMmaSync>>("A mma bn64 nt1 ks256 st5", 8192, 4096, 1)));
-    CASE((run_case<Config<64, 2, 256, 5, 1, 128, 8, false, kMathMmaSync>>("A mma bn64 nt2 ks256 st5", 8192, 4096, 16)));
-    CASE((run_case<Config<64, 1, 256, 5, 1, 128, 8, false, kMathNone>>("A none bn64 nt1 ks256 st5", 8192, 4096, 1)));
-    CASE((run_case<Config<64, 1, 256, 5, 1, 128, 8, false, kMathWgmma>>("A wg bn64 nt1 ks256 st5", 8192, 4096, 1)));
-    CASE((run_case<Config<64, 2, 256, 5, 1, 128, 8, false, kMathWgmma>>("A wg bn64 nt2 ks256 st5", 8192, 4096, 16)));
-    CASE((run_case<Config<64, 1, 256, 9, 1, 128, 8, false, kMathWgmma>>("A wg bn64 nt1 ks256 st9", 8192, 4096, 1)));
-    // phase 3 (wq_b) shape: N 32768, K 1024, the CTA's tiles through one ring
-    CASE((run_case<Config<128, 1, 256, 4, 2, 32, 4, true, kMathMmaSync>, true>("Q mma bn128 nt1 st4 multi", 32768, 1024, 1)));
-    CASE((run_case<Config<128, 2, 256, 3, 2, 32, 4, true, kMathMmaSync>, true>("Q mma bn128 nt2 st3 multi", 32768, 1024, 16)));
-    CASE((run_case<Config<128, 1, 256, 4, 2, 32, 4, true, kMathNone>, true>("Q none bn128 nt1 st4 multi", 32768, 1024, 1)));
-    CASE((run_case<Config<128, 1, 256, 4, 2, 32, 4, true, kMathWgmma>, true>("Q wg bn128 nt1 st4 multi", 32768, 1024, 1)));
-    CASE((run_case<Config<128, 2, 256, 3, 2, 32, 4, true, kMathWgmma>, true>("Q wg bn128 nt2 st3 multi", 32768, 1024, 16)));
-    // 16 < T <= 64: K split, 128-row blocks
-    CASE((run_case<Config<32, 8, 256, 4, 2, 256, 8, false, kMathMmaSync>>("B mma bn32 nt8 ks256 st4", 4096, 8192, 50)));
-    CASE((run_case<Config<128, 8, 256, 4, 1, 256, 8, false, kMathWgmma>, false, 4>("B wg bn128 nt8 ks256 st4 split4", 4096, 8192, 64)));
-    CASE((run_case<Config<64, 8, 256, 4, 1, 256, 8, false, kMathWgmma>, false, 2>("B wg bn64 nt8 ks256 st4 split2", 4096, 8192, 64)));
-    CASE((run_case<Config<128, 4, 256, 4, 1, 256, 8, false, kMathWgmma>, false, 4>("B wg bn128 nt4 ks256 st4 split4", 4096, 8192, 32)));
-    CASE((run_case<Config<128, 8, 256, 4, 1, 128, 8, false, kMathWgmma>, false, 2>("A wg bn128 nt8 ks256 st4 split2", 8192, 4096, 64)));
-    CASE((run_case<Config<128, 8, 128, 6, 1, 32, 4, true, kMathWgmma>, true>("Q wg bn128 nt8 ks128 st6 multi", 32768, 1024, 64)));
+    using B1 = Config<32, 1, 512, 5, 1, 256, 8, false, kMathMmaSync>;       // the library's T <= 8
+    using B2 = Config<32, 2, 512, 4, 1, 256, 8, false, kMathMmaSync>;       // T <= 16
+    using B1n = Config<32, 1, 512, 5, 1, 256, 8, false, kMathNone>;
+    using B1x = Config<32, 1, 512, 5, 1, 512, 8, false, kMathMmaSync>;      // K 16384
+    using B1xn = Config<32, 1, 512, 5, 1, 512, 8, false, kMathNone>;
+    CASE((run_case<B1>("B mma bn32 nt1 ks512 st5", 4096, 8192, 1)));
+    CASE((run_case<B1>("B mma bn32 nt1 ks512 st5", 4096, 8192, 1, 1)));
+    CASE((run_case<B1n>("B none bn32 nt1 ks512 st5", 4096, 8192, 1)));
+    CASE((run_case<B1n>("B none bn32 nt1 ks512 st5", 4096, 8192, 1, 1)));
+    CASE((run_case<B1x>("B mma (K x2)", 4096, 16384, 1)));
+    CASE((run_case<B1xn>("B none (K x2)", 4096, 16384, 1)));
+    CASE((run_case<B1xn>("B none (K x2)", 4096, 16384, 1, 1)));
+    CASE((run_case<B2>("B mma bn32 nt2 ks512 st4", 4096, 8192, 13)));
+    CASE((run_case<B2>("B mma bn32 nt2 ks512 st4", 4096, 8192, 13, 1)));
+    using A1 = Config<64, 1, 256, 5, 1, 128, 8, false, kMathMmaSync>;
+    using A2 = Config<64, 2, 256, 5, 1, 128, 8, false, kMathMmaSync>;
+    using A1n = Config<64, 1, 256, 5, 1, 128, 8, false, kMathNone>;
+    CASE((run_case<A1>("A mma bn64 nt1 ks256 st5", 8192, 4096, 1)));
+    CASE((run_case<A1>("A mma bn64 nt1 ks256 st5", 8192, 4096, 1, 1)));
+    CASE((run_case<A1n>("A none bn64 nt1 ks256 st5", 8192, 4096, 1, 1)));
+    CASE((run_case<A2>("A mma bn64 nt2 ks256 st5", 8192, 4096, 16, 1)));
+    using Q1 = Config<128, 1, 256, 4, 2, 32, 4, true, kMathMmaSync>;
+    using Q1n = Config<128, 1, 256, 4, 2, 32, 4, true, kMathNone>;
+    CASE((run_case<Q1, true>("Q mma bn128 nt1 st4 multi", 32768, 1024, 1)));
+    CASE((run_case<Q1, true>("Q mma bn128 nt1 st4 multi", 32768, 1024, 1, 1)));
+    CASE((run_case<Q1n, true>("Q none bn128 nt1 st4 multi", 32768, 1024, 1, 1)));
+    // 16 < T <= 64: K split, 64- and 128-row blocks, mma.sync
+    using B8 = Config<128, 8, 256, 4, 4, 256, 8, false, kMathMmaSync>;
+    using B4 = Config<128, 4, 256, 4, 4, 256, 8, false, kMathMmaSync>;
+    using B8s = Config<64, 8, 256, 4, 4, 256, 8, false, kMathMmaSync>;
+    using A8 = Config<128, 8, 256, 4, 4, 128, 8, false, kMathMmaSync>;
+    using A8n = Config<128, 8, 256, 4, 4, 128, 8, false, kMathNone>;
+    CASE((run_case<B8, false, 4>("B mma bn128 nt8 st4 split4", 4096, 8192, 64)));
+    CASE((run_case<B8, false, 4>("B mma bn128 nt8 st4 split4", 4096, 8192, 64, 1)));
+    CASE((run_case<B4, false, 4>("B mma bn128 nt4 st4 split4", 4096, 8192, 32, 1)));
+    CASE((run_case<B8s, false, 2>("B mma bn64 nt8 st4 split2", 4096, 8192, 64, 1)));
+    CASE((run_case<A8, false, 2>("A mma bn128 nt8 st4 split2", 8192, 4096, 64)));
+    CASE((run_case<A8, false, 2>("A mma bn128 nt8 st4 split2", 8192, 4096, 64, 1)));
+    CASE((run_case<A8n, false, 2>("A none bn128 nt8 st4 split2", 8192, 4096, 64, 1)));
     return 0;
 }

@@ -173,6 +173,17 @@ __device__ __forceinline__ void tma_2d(unsigned dst, const TmaMap *map, int c0, 
         : "memory");
 }
 
+// cp.async.bulk.prefetch.L2.global: asks L2 for bytes (a multiple of 16, 16-byte aligned) from
+// src, in pieces of at most 64 KB (a hint: nothing waits for it, no shared memory involved).
+__device__ __forceinline__ void bulk_prefetch_l2(const void *src, long long bytes) {
+    const unsigned char *p = static_cast<const unsigned char *>(src);
+    for (long long i = 0; i < bytes; i += 65536) {
+        const unsigned n = (unsigned)(bytes - i < 65536 ? bytes - i : 65536);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p + i), "r"(n)
+                     : "memory");
+    }
+}
+
 // mbarrier.arrive.shared::cta.b64 (one arrival, no tx).
 __device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
@@ -335,6 +346,23 @@ __device__ __forceinline__ void produce(const Operands &op, int count, TileN til
         issue_w(f);
         issue_a(f);
     }
+}
+
+// L2 prefetch of a tile's whole W stream (rows n0 .. n0 + rows - 1 over op's K range, and their
+// SfAtom blocks), called by one thread, e.g. before a dependency wait, so that DRAM streams the
+// tile while the CTA waits and the ring then reads L2: one bulk prefetch per 64 KB when the rows
+// are whole and adjacent (w_k0 0, k_len == ldw), else one per row. op.maps is not used.
+__device__ __forceinline__ void prefetch_w_l2(const Operands &op, int n0, int rows) {
+    if (op.w_k0 == 0 && op.k_len == op.ldw) {
+        bulk_prefetch_l2(op.w + (long long)n0 * op.ldw, (long long)rows * op.ldw);
+    } else {
+        for (int r = 0; r < rows; ++r)
+            bulk_prefetch_l2(op.w + (long long)(n0 + r) * op.ldw + op.w_k0, op.k_len);
+    }
+    const long long atoms_per_block = (op.w_kb + 3) / 4;
+    for (int b = n0 / 128; b <= (n0 + rows - 1) / 128; ++b)
+        bulk_prefetch_l2(op.w_sf + (b * atoms_per_block + op.w_k0 / 128) * 512,
+                         (long long)(op.k_len / 128) * 512);
 }
 
 // 2^(b - 127) for byte `byte` (0..3) of a word of ue8m0 scales: the byte moved to the exponent

@@ -400,6 +400,13 @@ using StreamCfgB = sgemm::Config<kStreamBnB, kNT, stream_ks_b<kNT>(), stream_sta
                                  kNT <= 2 ? 1 : 2,
                                  2 * kH / 32>;
 
+// MLA_OPROJ_PREFETCH (bits; a build-time switch for measurements): 1 = each kernel-A GEMM CTA
+// asks L2 for its whole wo_a block (sgemm::prefetch_w_l2, 256 KB at H 4096) before it waits for
+// the quantize items, 2 = each kernel-B CTA for its wo_b block before griddepcontrol.wait.
+#ifndef MLA_OPROJ_PREFETCH
+#define MLA_OPROJ_PREFETCH 3
+#endif
+
 // Spins (one thread) until the quantize items have counted every unit of the T tokens.
 __device__ __forceinline__ void wait_units(const ArgsA &a) {
     const unsigned int n = (unsigned int)(a.T * kHeads);
@@ -502,6 +509,7 @@ __global__ void __launch_bounds__(oproj::StreamCfgA<kH, kG, kNT>::kThreads)
     op.w = a.wo_a, op.w_sf = a.wo_a_sf, op.ldw = S::kK, op.w_kb = S::kK / 32;
     op.w_k0 = 0, op.k_len = S::kK, op.T = (int)a.T;
     op.a_col0 = g * S::kK, op.maps = &maps;
+    if ((MLA_OPROJ_PREFETCH & 1) && threadIdx.x == 0) sgemm::prefetch_w_l2(op, n0, Cfg::kBN);
     sgemm::run<Cfg>(op, n0, smem, [&] { wait_units(a); },
                     [&](const float *D, int) { store_o_lora_stream<Cfg>(a, D, n0, S::kN); });
 }
@@ -522,6 +530,7 @@ __global__ void __launch_bounds__(oproj::StreamCfgB<kH, kNT>::kThreads)
     op.w = b.wo_b, op.w_sf = b.wo_b_sf, op.ldw = 2 * kH, op.w_kb = 2 * kH / 32;
     op.w_k0 = 0, op.k_len = 2 * kH, op.T = (int)b.T;
     op.a_col0 = 0, op.maps = &maps;
+    if ((MLA_OPROJ_PREFETCH & 2) && threadIdx.x == 0) sgemm::prefetch_w_l2(op, n0, Cfg::kBN);
     sgemm::run<Cfg>(op, n0, smem, [] { pdl::wait(); }, [&](const float *D, int T) {
         if (blockIdx.x == 0)                      // after the wait: kernel A is complete
             for (long long i = threadIdx.x; i < b.bank_words; i += Cfg::kConsumers) b.bank[i] = 0u;
