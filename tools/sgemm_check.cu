@@ -13,12 +13,24 @@
 using namespace mla;
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("CUDA %s at %d: %s\n", #x, __LINE__, cudaGetErrorString(e_)); exit(1);} } while (0)
 
+// The L2 prefetch variant ("pf", measured slower, not in the library): one thread asks L2 for
+// the tile's whole W block (cp.async.bulk.prefetch.L2, 64 KB pieces) before the stream starts.
+static __device__ void prefetch_w_l2(const sgemm::Operands &op, int n0, int rows) {
+    for (int r = 0; r < rows; ++r) {
+        const unsigned char *p = op.w + (long long)(n0 + r) * op.ldw + op.w_k0;
+        for (int i = 0; i < op.k_len; i += 65536) {
+            const unsigned n = (unsigned)(op.k_len - i < 65536 ? op.k_len - i : 65536);
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p + i), "r"(n) : "memory");
+        }
+    }
+}
+
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads) k_test(sgemm::Operands op, float *out, int N, int pf, const __grid_constant__ sgemm::Maps maps) {
     op.maps = &maps;
     extern __shared__ __align__(128) unsigned char smem[];
     const int n0 = blockIdx.x * Cfg::kBN;
-    if (pf && threadIdx.x == 0) sgemm::prefetch_w_l2(op, n0, Cfg::kBN);
+    if (pf && threadIdx.x == 0) prefetch_w_l2(op, n0, Cfg::kBN);
     sgemm::run<Cfg>(op, n0, smem, [] {}, [&](const float *D, int T) {
         for (int i = threadIdx.x; i < T * Cfg::kBN; i += Cfg::kConsumers) {
             const int t = i / Cfg::kBN, r = i % Cfg::kBN;
@@ -36,7 +48,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) k_split(sgemm::Operands op, flo
     const int n0 = blockIdx.x * Cfg::kBN, S = gridDim.y, y = blockIdx.y;
     const int len = op.k_len / S, k0 = y * len;
     op.a_sf += k0 / 32; op.w_k0 = k0; op.a_col0 = k0; op.k_len = len;
-    if (pf && threadIdx.x == 0) sgemm::prefetch_w_l2(op, n0, Cfg::kBN);
+    if (pf && threadIdx.x == 0) prefetch_w_l2(op, n0, Cfg::kBN);
     float *o = out + (long long)y * op.T * N;
     sgemm::run<Cfg>(op, n0, smem, [] {}, [&](const float *D, int T) {
         for (int i = threadIdx.x; i < T * Cfg::kBN; i += Cfg::kConsumers) {
@@ -54,7 +66,7 @@ __global__ void __launch_bounds__(256) k_multi(sgemm::Operands op, float *out, i
     const int tiles = N / Cfg::kBN;
     const int count = (int)blockIdx.x < tiles ? (tiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
     if (pf && threadIdx.x == 0)
-        for (int i = 0; i < count; ++i) sgemm::prefetch_w_l2(op, ((int)blockIdx.x + i * (int)gridDim.x) * Cfg::kBN, Cfg::kBN);
+        for (int i = 0; i < count; ++i) prefetch_w_l2(op, ((int)blockIdx.x + i * (int)gridDim.x) * Cfg::kBN, Cfg::kBN);
     sgemm::run_tiles<Cfg>(op, count, [](int i) { return ((int)blockIdx.x + i * (int)gridDim.x) * Cfg::kBN; }, smem, [] {},
         [&](int, int n0, const float *D, int T) {
             for (int i = threadIdx.x; i < T * Cfg::kBN; i += Cfg::kConsumers) {
@@ -175,44 +187,19 @@ int main(int argc, char **argv) {
     using namespace sgemm;
 #define CASE(...) if (only < 0 || only == idx) __VA_ARGS__; ++idx
     CASE(copy_ref());
-    using B1 = Config<32, 1, 512, 5, 1, 256, 8, false, kMathMmaSync>;       // the library's T <= 8
-    using B2 = Config<32, 2, 512, 4, 1, 256, 8, false, kMathMmaSync>;       // T <= 16
-    using B1n = Config<32, 1, 512, 5, 1, 256, 8, false, kMathNone>;
-    using B1x = Config<32, 1, 512, 5, 1, 512, 8, false, kMathMmaSync>;      // K 16384
-    using B1xn = Config<32, 1, 512, 5, 1, 512, 8, false, kMathNone>;
-    CASE((run_case<B1>("B mma bn32 nt1 ks512 st5", 4096, 8192, 1)));
-    CASE((run_case<B1>("B mma bn32 nt1 ks512 st5", 4096, 8192, 1, 1)));
-    CASE((run_case<B1n>("B none bn32 nt1 ks512 st5", 4096, 8192, 1)));
-    CASE((run_case<B1n>("B none bn32 nt1 ks512 st5", 4096, 8192, 1, 1)));
-    CASE((run_case<B1x>("B mma (K x2)", 4096, 16384, 1)));
-    CASE((run_case<B1xn>("B none (K x2)", 4096, 16384, 1)));
-    CASE((run_case<B1xn>("B none (K x2)", 4096, 16384, 1, 1)));
-    CASE((run_case<B2>("B mma bn32 nt2 ks512 st4", 4096, 8192, 13)));
-    CASE((run_case<B2>("B mma bn32 nt2 ks512 st4", 4096, 8192, 13, 1)));
-    using A1 = Config<64, 1, 256, 5, 1, 128, 8, false, kMathMmaSync>;
-    using A2 = Config<64, 2, 256, 5, 1, 128, 8, false, kMathMmaSync>;
-    using A1n = Config<64, 1, 256, 5, 1, 128, 8, false, kMathNone>;
-    CASE((run_case<A1>("A mma bn64 nt1 ks256 st5", 8192, 4096, 1)));
-    CASE((run_case<A1>("A mma bn64 nt1 ks256 st5", 8192, 4096, 1, 1)));
-    CASE((run_case<A1n>("A none bn64 nt1 ks256 st5", 8192, 4096, 1, 1)));
-    CASE((run_case<A2>("A mma bn64 nt2 ks256 st5", 8192, 4096, 16, 1)));
-    using Q1 = Config<128, 1, 256, 4, 2, 32, 4, true, kMathMmaSync>;
-    using Q1n = Config<128, 1, 256, 4, 2, 32, 4, true, kMathNone>;
-    CASE((run_case<Q1, true>("Q mma bn128 nt1 st4 multi", 32768, 1024, 1)));
-    CASE((run_case<Q1, true>("Q mma bn128 nt1 st4 multi", 32768, 1024, 1, 1)));
-    CASE((run_case<Q1n, true>("Q none bn128 nt1 st4 multi", 32768, 1024, 1, 1)));
-    // 16 < T <= 64: K split, 64- and 128-row blocks, mma.sync
-    using B8 = Config<128, 8, 256, 4, 4, 256, 8, false, kMathMmaSync>;
-    using B4 = Config<128, 4, 256, 4, 4, 256, 8, false, kMathMmaSync>;
-    using B8s = Config<64, 8, 256, 4, 4, 256, 8, false, kMathMmaSync>;
-    using A8 = Config<128, 8, 256, 4, 4, 128, 8, false, kMathMmaSync>;
-    using A8n = Config<128, 8, 256, 4, 4, 128, 8, false, kMathNone>;
-    CASE((run_case<B8, false, 4>("B mma bn128 nt8 st4 split4", 4096, 8192, 64)));
-    CASE((run_case<B8, false, 4>("B mma bn128 nt8 st4 split4", 4096, 8192, 64, 1)));
-    CASE((run_case<B4, false, 4>("B mma bn128 nt4 st4 split4", 4096, 8192, 32, 1)));
-    CASE((run_case<B8s, false, 2>("B mma bn64 nt8 st4 split2", 4096, 8192, 64, 1)));
-    CASE((run_case<A8, false, 2>("A mma bn128 nt8 st4 split2", 8192, 4096, 64)));
-    CASE((run_case<A8, false, 2>("A mma bn128 nt8 st4 split2", 8192, 4096, 64, 1)));
-    CASE((run_case<A8n, false, 2>("A none bn128 nt8 st4 split2", 8192, 4096, 64, 1)));
+    // out-proj B shape (N 4096, K 8192): the library's T <= 8 / T <= 16 configurations, more stages
+    CASE((run_case<Config<32, 1, 512, 5, 1, 256, 8, false, kMathMmaSync>>("B mma bn32 nt1 ks512 st5", 4096, 8192, 1)));
+    CASE((run_case<Config<32, 1, 512, 8, 1, 256, 8, false, kMathMmaSync>>("B mma bn32 nt1 ks512 st8", 4096, 8192, 1)));
+    CASE((run_case<Config<32, 1, 512, 8, 1, 512, 8, false, kMathMmaSync>>("B mma bn32 nt1 ks512 st8 (K x2)", 4096, 16384, 1)));
+    CASE((run_case<Config<32, 2, 512, 4, 1, 256, 8, false, kMathMmaSync>>("B mma bn32 nt2 ks512 st4", 4096, 8192, 13)));
+    CASE((run_case<Config<32, 2, 512, 7, 1, 256, 8, false, kMathMmaSync>>("B mma bn32 nt2 ks512 st7", 4096, 8192, 13)));
+    CASE((run_case<Config<64, 1, 256, 8, 1, 256, 8, false, kMathWgmma>, false, 2>("B wg bn64 nt1 ks256 st8 split2", 4096, 8192, 1)));
+    // out-proj A shape (N 8192, K 4096)
+    CASE((run_case<Config<64, 1, 256, 5, 1, 128, 8, false, kMathMmaSync>>("A mma bn64 nt1 ks256 st5", 8192, 4096, 1)));
+    CASE((run_case<Config<64, 1, 256, 9, 1, 128, 8, false, kMathMmaSync>>("A mma bn64 nt1 ks256 st9", 8192, 4096, 1)));
+    CASE((run_case<Config<64, 2, 256, 8, 1, 128, 8, false, kMathMmaSync>>("A mma bn64 nt2 ks256 st8", 8192, 4096, 16)));
+    // phase 3 (wq_b) shape: N 32768, K 1024, multi
+    CASE((run_case<Config<128, 1, 256, 4, 2, 32, 4, true, kMathWgmma>, true>("Q wg bn128 nt1 st4 multi", 32768, 1024, 1)));
+    CASE((run_case<Config<128, 2, 256, 3, 2, 32, 4, true, kMathWgmma>, true>("Q wg bn128 nt2 st3 multi", 32768, 1024, 16)));
     return 0;
 }

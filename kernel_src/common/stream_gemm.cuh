@@ -46,7 +46,10 @@
 // ready counter, or griddepcontrol.wait. epilogue(i, n0, D, T) (run: epilogue(D, T)) is called
 // by the kConsumers consumer threads (threadIdx.x < kConsumers) with D a shared-memory float
 // tile, D[r * kDPitch + t] (t < T valid); it may use named barrier 1 (kConsumers threads) but not
-// __syncthreads. Requirements: k_len % kKS == 0, k_len / 32 <= kSfRow, w_k0 % 128 == 0, every
+// __syncthreads. An optional last argument prologue() is called by every consumer thread once,
+// after the barriers' initialization and before the first ready() of the consumers, while the
+// producer already streams W (e.g. the CTA's share of the work that ready() waits for; it may
+// use named barrier 1 but not __syncthreads). Requirements: k_len % kKS == 0, k_len / 32 <= kSfRow, w_k0 % 128 == 0, every
 // n0 % BN == 0 (BN divides 128: the rows lie in one SfAtom block), 16-byte aligned a, w, lda,
 // ldw; 4-byte aligned a_sf, lda_sf; 1 <= T <= kTP.
 #pragma once
@@ -59,15 +62,20 @@ namespace mla {
 namespace sgemm {
 
 // The consumers' math (Config's kMath): kMathAuto picks kMathWgmma where the sm_90a wgmma
-// instructions exist and MLA_SGEMM_WGMMA is 1 (the default), kMathMmaSync elsewhere (sm_100a,
-// the portable path). kMathNone is a timing diagnostic for tools/sgemm_check only (the consumers
-// wait for each stage and release it without reading it: the results are garbage).
+// instructions exist and MLA_SGEMM_WGMMA allows it (0: never, the default; 1: every
+// configuration; 2: tiles of 128 rows or more), kMathMmaSync elsewhere (sm_100a, the portable
+// path). kMathNone is a timing diagnostic for tools/sgemm_check only (the consumers wait for
+// each stage and release it without reading it: the results are garbage).
 enum Math { kMathAuto = 0, kMathMmaSync = 1, kMathWgmma = 2, kMathNone = 3 };
 #ifndef MLA_SGEMM_WGMMA
 #define MLA_SGEMM_WGMMA 0
 #endif
-__host__ __device__ constexpr int resolve_math(int m) {
-    return m != kMathAuto ? m : (MLA_WGMMA_ENABLED && MLA_SGEMM_WGMMA ? kMathWgmma : kMathMmaSync);
+__host__ __device__ constexpr int resolve_math(int m, int bn) {
+    return m != kMathAuto ? m
+                          : (MLA_WGMMA_ENABLED && (MLA_SGEMM_WGMMA == 1 ||
+                                                   (MLA_SGEMM_WGMMA == 2 && bn >= 128))
+                                 ? kMathWgmma
+                                 : kMathMmaSync);
 }
 
 template <int kBN_, int kNT_, int kKS_, int kStages_, int kWR_, int kSfRow_,
@@ -76,7 +84,7 @@ struct Config {
     static constexpr int kBN = kBN_, kNT = kNT_, kKS = kKS_, kStages = kStages_, kWR = kWR_;
     static constexpr int kSfRow = kSfRow_;
     static constexpr bool kMulti = kMulti_;                 // several tiles per CTA (run_tiles)
-    static constexpr int kMath = resolve_math(kMath_);
+    static constexpr int kMath = resolve_math(kMath_, kBN_);
     static constexpr bool kWg = kMath == kMathWgmma;
     static constexpr int kConsumerWarps = kConsumerWarps_;
     // K parts of a stage: mma.sync one per warp column (kWR row groups of warps), wgmma one per
@@ -171,17 +179,6 @@ __device__ __forceinline__ void tma_2d(unsigned dst, const TmaMap *map, int c0, 
         " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
         "l"(map), "r"(c0), "r"(c1), "r"(bar)
         : "memory");
-}
-
-// cp.async.bulk.prefetch.L2.global: asks L2 for bytes (a multiple of 16, 16-byte aligned) from
-// src, in pieces of at most 64 KB (a hint: nothing waits for it, no shared memory involved).
-__device__ __forceinline__ void bulk_prefetch_l2(const void *src, long long bytes) {
-    const unsigned char *p = static_cast<const unsigned char *>(src);
-    for (long long i = 0; i < bytes; i += 65536) {
-        const unsigned n = (unsigned)(bytes - i < 65536 ? bytes - i : 65536);
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p + i), "r"(n)
-                     : "memory");
-    }
 }
 
 // mbarrier.arrive.shared::cta.b64 (one arrival, no tx).
@@ -346,23 +343,6 @@ __device__ __forceinline__ void produce(const Operands &op, int count, TileN til
         issue_w(f);
         issue_a(f);
     }
-}
-
-// L2 prefetch of a tile's whole W stream (rows n0 .. n0 + rows - 1 over op's K range, and their
-// SfAtom blocks), called by one thread, e.g. before a dependency wait, so that DRAM streams the
-// tile while the CTA waits and the ring then reads L2: one bulk prefetch per 64 KB when the rows
-// are whole and adjacent (w_k0 0, k_len == ldw), else one per row. op.maps is not used.
-__device__ __forceinline__ void prefetch_w_l2(const Operands &op, int n0, int rows) {
-    if (op.w_k0 == 0 && op.k_len == op.ldw) {
-        bulk_prefetch_l2(op.w + (long long)n0 * op.ldw, (long long)rows * op.ldw);
-    } else {
-        for (int r = 0; r < rows; ++r)
-            bulk_prefetch_l2(op.w + (long long)(n0 + r) * op.ldw + op.w_k0, op.k_len);
-    }
-    const long long atoms_per_block = (op.w_kb + 3) / 4;
-    for (int b = n0 / 128; b <= (n0 + rows - 1) / 128; ++b)
-        bulk_prefetch_l2(op.w_sf + (b * atoms_per_block + op.w_k0 / 128) * 512,
-                         (long long)(op.k_len / 128) * 512);
 }
 
 // 2^(b - 127) for byte `byte` (0..3) of a word of ue8m0 scales: the byte moved to the exponent
@@ -596,9 +576,14 @@ __device__ __forceinline__ void consume_none(int f0, int steps, const Smem<Cfg> 
 // the same A and K range) through one ring: the next tile's copies are in flight while the
 // current one is reduced and handed to epilogue(i, n0, D, T). count > 1 needs Cfg::kMulti. All
 // threads of the block call it (at least Cfg::kThreads; warps past the producer return at once).
-template <class Cfg, class TileN, class Ready, class Epilogue>
+struct NoPrologue {
+    __device__ __forceinline__ void operator()() const {}
+};
+
+template <class Cfg, class TileN, class Ready, class Epilogue, class Prologue = NoPrologue>
 __device__ __forceinline__ void run_tiles(const Operands &op, int count, TileN tile_n0,
-                                          unsigned char *smem_in, Ready ready, Epilogue epilogue) {
+                                          unsigned char *smem_in, Ready ready, Epilogue epilogue,
+                                          Prologue prologue = Prologue()) {
     unsigned char *smem = smem_in + ((1024u - (smem_u32(smem_in) & 1023u)) & 1023u);
     const Smem<Cfg> sm{smem};
     const int tid = (int)threadIdx.x;
@@ -617,6 +602,8 @@ __device__ __forceinline__ void run_tiles(const Operands &op, int count, TileN t
         return;
     }
     if (count <= 0) return;
+    // The consumers' own work before they need A (the producer streams W meanwhile).
+    prologue();
     // The A scale table: rows t < T from global (written by other CTAs or an earlier kernel,
     // after ready()), rows T..kTP-1 zero.
     if (tid == 0) ready();
@@ -693,12 +680,12 @@ __device__ __forceinline__ void run_tiles(const Operands &op, int count, TileN t
 }
 
 // One tile (rows n0 ..): run_tiles with count 1; epilogue(D, T).
-template <class Cfg, class Ready, class Epilogue>
+template <class Cfg, class Ready, class Epilogue, class Prologue = NoPrologue>
 __device__ __forceinline__ void run(const Operands &op, int n0, unsigned char *smem, Ready ready,
-                                    Epilogue epilogue) {
+                                    Epilogue epilogue, Prologue prologue = Prologue()) {
     run_tiles<Cfg>(
         op, 1, [n0](int) { return n0; }, smem, ready,
-        [&](int, int, const float *D, int T) { epilogue(D, T); });
+        [&](int, int, const float *D, int T) { epilogue(D, T); }, prologue);
 }
 
 }  // namespace sgemm
