@@ -317,7 +317,8 @@ static void fill_args(const mla_runtime *rt, const mla_output_proj_args *a, cons
     A->o_lora = ws + L->o_lora, A->o_lora_q = ws + L->o_lora_q, A->o_lora_sf = ws + L->o_lora_sf;
     A->bank = ws + mla__dsv4_bank_offset(kind), A->part = ws + L->part_op;
     A->T = sh->T, A->max_pos = sh->max_pos, A->split = mla__dsv4_split(sh->T);
-    /* The stream kernel A has 9 warps and larger CTAs: about one quantize item per SM. */
+    /* The tiled kernel A's quantize items (the stream kernel A, T <= 16, quantizes the units in
+     * its GEMM CTAs and does not read these two). */
     A->units_per_qtile = units_per_item(sh->T, rt->sm_count,
                                         sh->T <= OP_S_TOKENS ? 1 : OP_QUANT_WAVES);
     A->n_qtiles = (units + A->units_per_qtile - 1) / A->units_per_qtile;
@@ -358,7 +359,8 @@ static mla_status launch_stream(mla_runtime *rt, const op_shape *sh, op_args_a *
     MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_b_stream", sh, nt, &kb));
     A->kslices = 1, A->slice_steps = sh->K / 128;
     B->slice_steps = 2 * sh->H / 128;
-    unsigned a_items = (unsigned)A->n_qtiles + (unsigned)(2 * sh->H / OP_S_BN_A);
+    /* One CTA per 64-row block of wo_a; they quantize the units themselves (n_qtiles unused). */
+    unsigned a_items = (unsigned)(2 * sh->H / OP_S_BN_A);
     MLA_CU(rt, cuMemsetD8Async(A->bank, 0, MLA__DSV4_BANK_BYTES, stream));
     void *args_a[] = {A, &ma};
     MLA_FORWARD_IF_ERROR(mla__launch(rt, ka, a_items, 1, 1, stream, args_a));

@@ -1,6 +1,9 @@
 // Developer check of kernel_src/common/stream_gemm.cuh outside the library (not built by CMake):
-// random MXFP8 operands against a float64 CPU product (error <= 1e-5 of the sum of |terms|), then
-// the time of each configuration over 4 rotating 32 MB weight copies (cold L2). Build and run:
+// random MXFP8 operands against a float64 CPU product (error <= 1e-5 of the sum of |terms|; the
+// e4m3 wgmma cases print FAIL there by design, their error is ~1e-4..7e-4 of it, printed as
+// "max err/sum|terms|"; kMathNone cases are timing only), then the time of each configuration
+// over 4 rotating 32 MB weight copies (cold L2). "pf": with the (measured slower) L2 prefetch.
+// K-split cases (kSplit > 1) sum their slices on the host. Build and run:
 //   nvcc -O3 -std=c++17 -arch=sm_90a -Ikernel_src -o sgemm_check tools/sgemm_check.cu -lcuda
 //   ./sgemm_check [case index]
 #include <cstdio>
@@ -13,11 +16,24 @@
 using namespace mla;
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("CUDA %s at %d: %s\n", #x, __LINE__, cudaGetErrorString(e_)); exit(1);} } while (0)
 
+// The L2 prefetch variant ("pf", measured slower, not in the library): one thread asks L2 for
+// the tile's whole W block (cp.async.bulk.prefetch.L2, 64 KB pieces) before the stream starts.
+static __device__ void prefetch_w_l2(const sgemm::Operands &op, int n0, int rows) {
+    for (int r = 0; r < rows; ++r) {
+        const unsigned char *p = op.w + (long long)(n0 + r) * op.ldw + op.w_k0;
+        for (int i = 0; i < op.k_len; i += 65536) {
+            const unsigned n = (unsigned)(op.k_len - i < 65536 ? op.k_len - i : 65536);
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p + i), "r"(n) : "memory");
+        }
+    }
+}
+
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads) k_test(sgemm::Operands op, float *out, int N, const __grid_constant__ sgemm::Maps maps) {
+__global__ void __launch_bounds__(Cfg::kThreads) k_test(sgemm::Operands op, float *out, int N, int pf, const __grid_constant__ sgemm::Maps maps) {
     op.maps = &maps;
     extern __shared__ __align__(128) unsigned char smem[];
     const int n0 = blockIdx.x * Cfg::kBN;
+    if (pf && threadIdx.x == 0) prefetch_w_l2(op, n0, Cfg::kBN);
     sgemm::run<Cfg>(op, n0, smem, [] {}, [&](const float *D, int T) {
         for (int i = threadIdx.x; i < T * Cfg::kBN; i += Cfg::kConsumers) {
             const int t = i / Cfg::kBN, r = i % Cfg::kBN;
@@ -26,13 +42,34 @@ __global__ void __launch_bounds__(Cfg::kThreads) k_test(sgemm::Operands op, floa
     });
 }
 
+// K split: grid (N / BN, S), CTA (x, y) covers K slice y of K / S and writes its fp32 partial
+// to out + y * T * N (the host sums the slices in order).
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads) k_split(sgemm::Operands op, float *out, int N, int pf, const __grid_constant__ sgemm::Maps maps) {
+    op.maps = &maps;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const int n0 = blockIdx.x * Cfg::kBN, S = gridDim.y, y = blockIdx.y;
+    const int len = op.k_len / S, k0 = y * len;
+    op.a_sf += k0 / 32; op.w_k0 = k0; op.a_col0 = k0; op.k_len = len;
+    if (pf && threadIdx.x == 0) prefetch_w_l2(op, n0, Cfg::kBN);
+    float *o = out + (long long)y * op.T * N;
+    sgemm::run<Cfg>(op, n0, smem, [] {}, [&](const float *D, int T) {
+        for (int i = threadIdx.x; i < T * Cfg::kBN; i += Cfg::kConsumers) {
+            const int t = i / Cfg::kBN, r = i % Cfg::kBN;
+            o[(long long)t * N + n0 + r] = D[r * Cfg::kDPitch + t];
+        }
+    });
+}
+
 // The attention's phase-3 use: a 256-thread block, 4 consumer warps, tiles blockIdx.x + i * grid.
 template <class Cfg>
-__global__ void __launch_bounds__(256) k_multi(sgemm::Operands op, float *out, int N, const __grid_constant__ sgemm::Maps maps) {
+__global__ void __launch_bounds__(256) k_multi(sgemm::Operands op, float *out, int N, int pf, const __grid_constant__ sgemm::Maps maps) {
     op.maps = &maps;
     extern __shared__ __align__(128) unsigned char smem[];
     const int tiles = N / Cfg::kBN;
     const int count = (int)blockIdx.x < tiles ? (tiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
+    if (pf && threadIdx.x == 0)
+        for (int i = 0; i < count; ++i) prefetch_w_l2(op, ((int)blockIdx.x + i * (int)gridDim.x) * Cfg::kBN, Cfg::kBN);
     sgemm::run_tiles<Cfg>(op, count, [](int i) { return ((int)blockIdx.x + i * (int)gridDim.x) * Cfg::kBN; }, smem, [] {},
         [&](int, int n0, const float *D, int T) {
             for (int i = threadIdx.x; i < T * Cfg::kBN; i += Cfg::kConsumers) {
@@ -67,8 +104,8 @@ static long long sfatom(long long n, long long kb, long long KB) {
 static unsigned rnd() { static unsigned long long x = 88172645463325252ull; x ^= x << 13; x ^= x >> 7; x ^= x << 17; return (unsigned)x; }
 static unsigned char rb() { unsigned b; do b = rnd() & 0xff; while ((b & 0x7f) == 0x7f); return (unsigned char)b; }
 
-template <class Cfg, bool kMultiK = false>
-static void run_case(const char *name, int N, int K, int T) {
+template <class Cfg, bool kMultiK = false, int kSplit = 1>
+static void run_case(const char *name, int N, int K, int T, int pf = 0) {
     const int nbuf = 4;
     size_t wbytes = (size_t)N * K, sfbytes = (size_t)(N / 128) * ((K / 32 + 3) / 4) * 512;
     std::vector<unsigned char> w(wbytes), wsf(sfbytes), a((size_t)T * K), asf((size_t)T * K / 32);
@@ -78,24 +115,31 @@ static void run_case(const char *name, int N, int K, int T) {
     for (auto &x : asf) x = (unsigned char)(120 + rnd() % 12);
     unsigned char *dw, *dwsf, *da, *dasf; float *dout;
     CK(cudaMalloc(&dw, wbytes * nbuf)); CK(cudaMalloc(&dwsf, sfbytes * nbuf));
-    CK(cudaMalloc(&da, a.size())); CK(cudaMalloc(&dasf, asf.size())); CK(cudaMalloc(&dout, (size_t)T * N * 4));
+    CK(cudaMalloc(&da, a.size())); CK(cudaMalloc(&dasf, asf.size())); CK(cudaMalloc(&dout, (size_t)kSplit * T * N * 4));
     for (int b = 0; b < nbuf; ++b) { CK(cudaMemcpy(dw + b * wbytes, w.data(), wbytes, cudaMemcpyHostToDevice)); CK(cudaMemcpy(dwsf + b * sfbytes, wsf.data(), sfbytes, cudaMemcpyHostToDevice)); }
     CK(cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice)); CK(cudaMemcpy(dasf, asf.data(), asf.size(), cudaMemcpyHostToDevice));
-    CK(cudaMemset(dout, 0xff, (size_t)T * N * 4));
+    CK(cudaMemset(dout, 0xff, (size_t)kSplit * T * N * 4));
     sgemm::Operands op;
     op.a = da; op.a_sf = dasf; op.lda = K; op.lda_sf = K / 32; op.w = dw; op.w_sf = dwsf; op.ldw = K;
     op.w_kb = K / 32; op.w_k0 = 0; op.k_len = K; op.T = T; op.a_col0 = 0; op.maps = nullptr;
     std::vector<sgemm::Maps> maps(nbuf);
     for (int b = 0; b < nbuf; ++b) make_maps<Cfg>(&maps[b], dw + b * wbytes, N, K, da, T, dwsf + b * sfbytes);
-    auto kern = kMultiK ? k_multi<Cfg> : k_test<Cfg>;
-    const int grid = kMultiK ? 132 : N / Cfg::kBN, block = kMultiK ? 256 : Cfg::kThreads;
+    void (*kern)(sgemm::Operands, float *, int, int, sgemm::Maps);
+    if constexpr (kMultiK) kern = k_multi<Cfg>;
+    else if constexpr (kSplit > 1) kern = k_split<Cfg>;
+    else kern = k_test<Cfg>;
+    const dim3 grid(kMultiK ? 132 : N / Cfg::kBN, kSplit);
+    const int block = kMultiK ? 256 : Cfg::kThreads;
     CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
-    kern<<<grid, block, Cfg::kSmemBytes>>>(op, dout, N, maps[0]);
+    kern<<<grid, block, Cfg::kSmemBytes>>>(op, dout, N, pf, maps[0]);
     CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
-    std::vector<float> out((size_t)T * N);
-    CK(cudaMemcpy(out.data(), dout, out.size() * 4, cudaMemcpyDeviceToHost));
-    double maxerr = 0, maxref = 0; int bad = 0;
-    const int stride = T > 8 ? 29 : 7;
+    std::vector<float> outs((size_t)kSplit * T * N), out((size_t)T * N, 0.f);
+    CK(cudaMemcpy(outs.data(), dout, outs.size() * 4, cudaMemcpyDeviceToHost));
+    for (int y = 0; y < kSplit; ++y)
+        for (size_t i = 0; i < out.size(); ++i) out[i] += outs[(size_t)y * T * N + i];
+    double maxerr = 0, maxref = 0, maxrel = 0; int bad = 0;
+    const bool none = Cfg::kMath == sgemm::kMathNone;
+    const int stride = T > 16 ? 101 : (T > 8 ? 29 : 7);
     for (int t = 0; t < T; ++t)
         for (int n = t % stride; n < N; n += (n % 97 == 0 ? 1 : stride)) {
             double ref = 0, refabs = 0;
@@ -106,40 +150,59 @@ static void run_case(const char *name, int N, int K, int T) {
                 ref += term, refabs += fabs(term);
             }
             double got = out[(size_t)t * N + n];
-            if (!(fabs(got - ref) <= 1e-5 * refabs)) ++bad;
+            if (!none && !(fabs(got - ref) <= 1e-5 * refabs)) ++bad;
             maxerr = fmax(maxerr, fabs(got - ref)); maxref = fmax(maxref, fabs(ref));
+            if (refabs > 0) maxrel = fmax(maxrel, fabs(got - ref) / refabs);
         }
     cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
     const int iters = 40;
-    for (int i = 0; i < 4; ++i) { op.w = dw + (i % nbuf) * wbytes; op.w_sf = dwsf + (i % nbuf) * sfbytes; kern<<<grid, block, Cfg::kSmemBytes>>>(op, dout, N, maps[i % nbuf]); }
+    for (int i = 0; i < 4; ++i) { op.w = dw + (i % nbuf) * wbytes; op.w_sf = dwsf + (i % nbuf) * sfbytes; kern<<<grid, block, Cfg::kSmemBytes>>>(op, dout, N, pf, maps[i % nbuf]); }
     CK(cudaEventRecord(e0));
-    for (int i = 0; i < iters; ++i) { op.w = dw + (i % nbuf) * wbytes; op.w_sf = dwsf + (i % nbuf) * sfbytes; kern<<<grid, block, Cfg::kSmemBytes>>>(op, dout, N, maps[i % nbuf]); }
+    for (int i = 0; i < iters; ++i) { op.w = dw + (i % nbuf) * wbytes; op.w_sf = dwsf + (i % nbuf) * sfbytes; kern<<<grid, block, Cfg::kSmemBytes>>>(op, dout, N, pf, maps[i % nbuf]); }
     CK(cudaEventRecord(e1)); CK(cudaEventSynchronize(e1));
     float ms; CK(cudaEventElapsedTime(&ms, e0, e1));
     double us = ms * 1000 / iters;
-    printf("%-28s N %5d K %5d T %2d smem %6d grid %4d: %s (bad %d, max err %.3g of max |ref| %.3g)  %.2f us  %.2f TB/s (W + scales)\n",
-           name, N, K, T, Cfg::kSmemBytes, N / Cfg::kBN, bad ? "FAIL" : "ok", bad, maxerr, maxref, us,
+    printf("%-34s%s N %5d K %5d T %2d smem %6d grid %4d: %s (bad %d, max err %.3g of max |ref| %.3g, max err/sum|terms| %.2g)  %.2f us  %.2f TB/s (W + scales)\n",
+           name, pf ? " pf" : "   ", N, K, T, Cfg::kSmemBytes, (int)(grid.x * grid.y), none ? "timing only" : (bad ? "FAIL" : "ok"), bad, maxerr, maxref, maxrel, us,
            (wbytes + sfbytes) / us * 1e-6);
-    (void)grid;
     fflush(stdout);
     cudaFree(dw); cudaFree(dwsf); cudaFree(da); cudaFree(dasf); cudaFree(dout);
+}
+
+static void copy_ref() {
+    const size_t bytes = 32u << 20; const int nbuf = 4, iters = 40;
+    unsigned char *src, *dst; CK(cudaMalloc(&src, bytes * nbuf)); CK(cudaMalloc(&dst, bytes * nbuf));
+    CK(cudaMemset(src, 1, bytes * nbuf));
+    cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+    for (int i = 0; i < 4; ++i) CK(cudaMemcpyAsync(dst + (i % nbuf) * bytes, src + (i % nbuf) * bytes, bytes, cudaMemcpyDeviceToDevice));
+    CK(cudaEventRecord(e0));
+    for (int i = 0; i < iters; ++i) CK(cudaMemcpyAsync(dst + (i % nbuf) * bytes, src + (i % nbuf) * bytes, bytes, cudaMemcpyDeviceToDevice));
+    CK(cudaEventRecord(e1)); CK(cudaEventSynchronize(e1));
+    float ms; CK(cudaEventElapsedTime(&ms, e0, e1));
+    const double us = ms * 1000 / iters;
+    printf("%-34s 32 MB D2D copy: %.2f us, %.2f TB/s (read + write)\n", "copy reference", us, 2.0 * bytes / us * 1e-6);
+    cudaFree(src); cudaFree(dst);
 }
 
 int main(int argc, char **argv) {
     const int only = argc > 1 ? atoi(argv[1]) : -1;
     int idx = 0;
+    using namespace sgemm;
 #define CASE(...) if (only < 0 || only == idx) __VA_ARGS__; ++idx
-    // out-proj B shape: N 4096, K 8192
-    CASE(run_case<sgemm::Config<32, 1, 512, 5, 1, 256>>("B bn32 nt1 ks512 st5 wr1", 4096, 8192, 1));
-    CASE(run_case<sgemm::Config<32, 1, 512, 5, 2, 256>>("B bn32 nt1 ks512 st5 wr2", 4096, 8192, 1));
-    CASE(run_case<sgemm::Config<32, 2, 512, 4, 1, 256>>("B bn32 nt2 ks512 st4 wr1", 4096, 8192, 13));
-    CASE(run_case<sgemm::Config<32, 8, 256, 4, 2, 256>>("B bn32 nt8 ks256 st4 wr2", 4096, 8192, 50));
-    CASE(run_case<sgemm::Config<64, 1, 256, 5, 1, 128>>("A bn64 nt1 ks256 st5 wr1", 8192, 4096, 1));
-    CASE(run_case<sgemm::Config<64, 1, 256, 5, 2, 128>>("A bn64 nt1 ks256 st5 wr2", 8192, 4096, 1));
-    CASE(run_case<sgemm::Config<64, 2, 256, 5, 1, 128>>("A bn64 nt2 ks256 st5 wr1", 8192, 4096, 16));
-    CASE(run_case<sgemm::Config<64, 8, 256, 3, 4, 128>>("A bn64 nt8 ks256 st3 wr4", 8192, 4096, 64));
-    CASE((run_case<sgemm::Config<128, 1, 256, 4, 2, 32, 4, true>, true>("Q bn128 nt1 st4 multi wr2", 32768, 1024, 1)));
-    CASE((run_case<sgemm::Config<128, 1, 256, 4, 1, 32, 4, true>, true>("Q bn128 nt1 st4 multi wr1", 32768, 1024, 1)));
-    CASE((run_case<sgemm::Config<128, 2, 256, 3, 2, 32, 4, true>, true>("Q bn128 nt2 st3 multi wr2", 32768, 1024, 16)));
+    CASE(copy_ref());
+    // out-proj B shape (N 4096, K 8192): the library's T <= 8 / T <= 16 configurations, more stages
+    CASE((run_case<Config<32, 1, 512, 5, 1, 256, 8, false, kMathMmaSync>>("B mma bn32 nt1 ks512 st5", 4096, 8192, 1)));
+    CASE((run_case<Config<32, 1, 512, 8, 1, 256, 8, false, kMathMmaSync>>("B mma bn32 nt1 ks512 st8", 4096, 8192, 1)));
+    CASE((run_case<Config<32, 1, 512, 8, 1, 512, 8, false, kMathMmaSync>>("B mma bn32 nt1 ks512 st8 (K x2)", 4096, 16384, 1)));
+    CASE((run_case<Config<32, 2, 512, 4, 1, 256, 8, false, kMathMmaSync>>("B mma bn32 nt2 ks512 st4", 4096, 8192, 13)));
+    CASE((run_case<Config<32, 2, 512, 7, 1, 256, 8, false, kMathMmaSync>>("B mma bn32 nt2 ks512 st7", 4096, 8192, 13)));
+    CASE((run_case<Config<64, 1, 256, 8, 1, 256, 8, false, kMathWgmma>, false, 2>("B wg bn64 nt1 ks256 st8 split2", 4096, 8192, 1)));
+    // out-proj A shape (N 8192, K 4096)
+    CASE((run_case<Config<64, 1, 256, 5, 1, 128, 8, false, kMathMmaSync>>("A mma bn64 nt1 ks256 st5", 8192, 4096, 1)));
+    CASE((run_case<Config<64, 1, 256, 9, 1, 128, 8, false, kMathMmaSync>>("A mma bn64 nt1 ks256 st9", 8192, 4096, 1)));
+    CASE((run_case<Config<64, 2, 256, 8, 1, 128, 8, false, kMathMmaSync>>("A mma bn64 nt2 ks256 st8", 8192, 4096, 16)));
+    // phase 3 (wq_b) shape: N 32768, K 1024, multi
+    CASE((run_case<Config<128, 1, 256, 4, 2, 32, 4, true, kMathWgmma>, true>("Q wg bn128 nt1 st4 multi", 32768, 1024, 1)));
+    CASE((run_case<Config<128, 2, 256, 3, 2, 32, 4, true, kMathWgmma>, true>("Q wg bn128 nt2 st3 multi", 32768, 1024, 16)));
     return 0;
 }

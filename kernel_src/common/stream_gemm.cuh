@@ -46,31 +46,66 @@
 // ready counter, or griddepcontrol.wait. epilogue(i, n0, D, T) (run: epilogue(D, T)) is called
 // by the kConsumers consumer threads (threadIdx.x < kConsumers) with D a shared-memory float
 // tile, D[r * kDPitch + t] (t < T valid); it may use named barrier 1 (kConsumers threads) but not
-// __syncthreads. Requirements: k_len % kKS == 0, k_len / 32 <= kSfRow, w_k0 % 128 == 0, every
+// __syncthreads. An optional last argument prologue() is called by every consumer thread once,
+// after the barriers' initialization and before the first ready() of the consumers, while the
+// producer already streams W (e.g. the CTA's share of the work that ready() waits for; it may
+// use named barrier 1 but not __syncthreads). Requirements: k_len % kKS == 0, k_len / 32 <= kSfRow, w_k0 % 128 == 0, every
 // n0 % BN == 0 (BN divides 128: the rows lie in one SfAtom block), 16-byte aligned a, w, lda,
 // ldw; 4-byte aligned a_sf, lda_sf; 1 <= T <= kTP.
 #pragma once
 
 #include "common/fp8.cuh"
 #include "common/mbarrier.cuh"
+#include "common/wgmma.cuh"
 
 namespace mla {
 namespace sgemm {
 
+// The consumers' math (Config's kMath): kMathAuto picks kMathWgmma where the sm_90a wgmma
+// instructions exist and MLA_SGEMM_WGMMA allows it (0: never, the default; 1: every
+// configuration; 2: tiles of 128 rows or more), kMathMmaSync elsewhere (sm_100a, the portable
+// path). kMathNone is a timing diagnostic for tools/sgemm_check only (the consumers wait for
+// each stage and release it without reading it: the results are garbage).
+enum Math { kMathAuto = 0, kMathMmaSync = 1, kMathWgmma = 2, kMathNone = 3 };
+#ifndef MLA_SGEMM_WGMMA
+#define MLA_SGEMM_WGMMA 0
+#endif
+__host__ __device__ constexpr int resolve_math(int m, int bn) {
+    return m != kMathAuto ? m
+                          : (MLA_WGMMA_ENABLED && (MLA_SGEMM_WGMMA == 1 ||
+                                                   (MLA_SGEMM_WGMMA == 2 && bn >= 128))
+                                 ? kMathWgmma
+                                 : kMathMmaSync);
+}
+
 template <int kBN_, int kNT_, int kKS_, int kStages_, int kWR_, int kSfRow_,
-          int kConsumerWarps_ = 8, bool kMulti_ = false>
+          int kConsumerWarps_ = 8, bool kMulti_ = false, int kMath_ = kMathAuto>
 struct Config {
     static constexpr int kBN = kBN_, kNT = kNT_, kKS = kKS_, kStages = kStages_, kWR = kWR_;
     static constexpr int kSfRow = kSfRow_;
     static constexpr bool kMulti = kMulti_;                 // several tiles per CTA (run_tiles)
-    static constexpr int kConsumerWarps = kConsumerWarps_, kWK = kConsumerWarps / kWR;
-    static_assert(kWK * kWR == kConsumerWarps, "warps = row groups x K parts");
+    static constexpr int kMath = resolve_math(kMath_, kBN_);
+    static constexpr bool kWg = kMath == kMathWgmma;
+    static constexpr int kConsumerWarps = kConsumerWarps_;
+    // K parts of a stage: mma.sync one per warp column (kWR row groups of warps), wgmma one per
+    // warpgroup (every warpgroup covers all kBN rows as kMB blocks of 64, the last one partly
+    // past kBN when kBN is 32: those rows read the stage's next bytes and are discarded).
+    static constexpr int kWK = kWg ? kConsumerWarps / 4 : kConsumerWarps / kWR;
+    static_assert(kWg ? kConsumerWarps % 4 == 0 : kWK * kWR == kConsumerWarps,
+                  "warps = row groups x K parts (wgmma: whole warpgroups)");
+    static constexpr int kMB = (kBN + 63) / 64;             // wgmma: 64-row blocks of M
     static constexpr int kConsumers = kConsumerWarps * 32;
     static constexpr int kThreads = kConsumers + 32;        // + one producer warp (at least)
     static constexpr int kTP = 8 * kNT;                     // token rows of a stage
     static constexpr int kGroups = kKS / 32, kAtoms = kKS / 128;
     static constexpr int kWarpGroups = kGroups / kWK;       // 32-wide groups per warp and stage
     static constexpr int kWarpRows = kBN / kWR, kRT = kWarpRows / 16;
+    static_assert(!kWg || kBN == 32 || kBN % 64 == 0, "wgmma: 32 rows or whole 64-row blocks");
+    static_assert(!kWg || kNT == 1 || kNT == 2 || kNT == 4 || kNT == 8, "wgmma: N 8, 16, 32, 64");
+    // wgmma: the groups of a chunk (issued together, then promoted) keep <= 64 partial registers.
+    static constexpr int kChunkRaw = 16 / (kMB * kNT);
+    static constexpr int kChunk = kChunkRaw < 1 ? 1 : (kChunkRaw > 4 ? 4 : kChunkRaw);
+    static_assert(!kWg || kWarpGroups % kChunk == 0, "whole chunks per warpgroup");
     static_assert(kKS % 128 == 0 && kGroups % kWK == 0, "whole groups per warp");
     static_assert(kBN % (16 * kWR) == 0 && 128 % kBN == 0, "16-row tiles inside one SfAtom block");
     static_assert(kSfRow % 4 == 0, "scale rows of whole words");
@@ -82,7 +117,10 @@ struct Config {
     static constexpr int kStageBytes = (kWBytes + kABytes + kWSfBytes + 1023) / 1024 * 1024;
     static constexpr int kRingBytes = kStages * kStageBytes;
     static constexpr int kDPitch = kTP + 1;
-    static constexpr int kRedBytes = kWK * kBN * kDPitch * 4;
+    // With kMathAuto sized for the mma.sync path's K parts (at least the wgmma path's), so that
+    // the shared memory of a configuration is the same on every path (the runtime mirrors it).
+    static constexpr int kRedWK = kMath_ == kMathWgmma ? kWK : kConsumerWarps / kWR;
+    static constexpr int kRedBytes = kRedWK * kBN * kDPitch * 4;
     static_assert(kMulti || kRedBytes <= kRingBytes, "the reduction fits the ring");
     static constexpr int kTableBytes = kTP * kSfRow;
     // With several tiles the reduction has its own buffer (the ring holds the next tile's data).
@@ -192,6 +230,59 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const unsigned (&a)[4], u
         "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// wgmma.mma_async.sync.aligned.m64nNk32.f32.e4m3.e4m3 (N = 8 kNT), both operands K-major
+// 128-byte-swizzled from shared memory, a fresh product (scale-d false): D[64 x N] = A B^T over
+// one 32-wide K group. d[j][e] is the accumulator fragment of common/wgmma.cuh. The outputs are
+// the instruction's until wgmma_wait_group retires it (then fence_operands).
+#define MLA_SG_D4(i) "=f"(d[i][0]), "=f"(d[i][1]), "=f"(d[i][2]), "=f"(d[i][3])
+template <int kNT>
+__device__ __forceinline__ void wgmma_e4m3(float (&d)[kNT][4], unsigned long long da,
+                                           unsigned long long db) {
+#if MLA_WGMMA_ENABLED
+    if constexpr (kNT == 1)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 "
+                     "{%0, %1, %2, %3}, %4, %5, p, 1, 1;\n}\n"
+                     : MLA_SG_D4(0)
+                     : "l"(da), "l"(db), "r"(0));
+    else if constexpr (kNT == 2)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1;\n}\n"
+                     : MLA_SG_D4(0), MLA_SG_D4(1)
+                     : "l"(da), "l"(db), "r"(0));
+    else if constexpr (kNT == 4)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+                     ", %16, %17, p, 1, 1;\n}\n"
+                     : MLA_SG_D4(0), MLA_SG_D4(1), MLA_SG_D4(2), MLA_SG_D4(3)
+                     : "l"(da), "l"(db), "r"(0));
+    else
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+                     ", %32, %33, p, 1, 1;\n}\n"
+                     : MLA_SG_D4(0), MLA_SG_D4(1), MLA_SG_D4(2), MLA_SG_D4(3), MLA_SG_D4(4),
+                       MLA_SG_D4(5), MLA_SG_D4(6), MLA_SG_D4(7)
+                     : "l"(da), "l"(db), "r"(0));
+#else
+    (void)da, (void)db;
+#pragma unroll
+    for (int j = 0; j < kNT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) d[j][e] = 0.f;
+    __trap();
+#endif
+}
+#undef MLA_SG_D4
+
+// Pins a register after wgmma_wait_group: no use of it moves above this point.
+__device__ __forceinline__ void fence_operand(float &x) {
+    asm volatile("" : "+f"(x)::"memory");
 }
 
 template <class Cfg>
@@ -362,13 +453,137 @@ __device__ __forceinline__ void consume(const Operands &op, int n0, int f0, cons
     }
 }
 
+// The wgmma consumer (sm_90a): warpgroup wk of the consumers over all K-steps, its groups
+// g = wk * kWarpGroups .. of every stage, all kBN rows (kMB 64-row blocks as the wgmma's M =
+// W rows, A operand), the kTP tokens as N (B operand). Per 32-wide group: one
+// m64nNk32 e4m3 wgmma per row block into a fresh fp32 partial, then (after the chunk's wait)
+// acc += partial x 2^(sw - 127) 2^(sa - 127), as in consume. acc[mb][j][e] is row
+// 64 mb + 16 (warp % 4) + lane / 4 + 8 (e / 2), token 8 j + 2 (lane % 4) + e % 2.
+// Descriptors: the W box of atom g / 4 (8-row atoms of 1024 B: SBO 1024), start advanced by 32
+// bytes per group inside the 128-byte row (as a k16 step of 16-bit data in common/wgmma.cuh),
+// 8192 bytes per 64-row block; the A box of the atom likewise (kTP = N rows).
+template <class Cfg>
+__device__ __forceinline__ void consume_wg(const Operands &op, int n0, int f0, const Smem<Cfg> &sm,
+                                           float (&acc)[Cfg::kMB][Cfg::kNT][4]) {
+    const int warp = (int)(threadIdx.x / 32), lane = (int)(threadIdx.x % 32);
+    const int wk = warp / 4, w4 = warp % 4;
+    const int steps = op.k_len / Cfg::kKS;
+    const int c = lane % 4, gr = lane / 4;
+    const unsigned tbase = smem_u32(sm.table());
+#pragma unroll
+    for (int i = 0; i < Cfg::kMB; ++i)
+#pragma unroll
+        for (int j = 0; j < Cfg::kNT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+    for (int ks = 0; ks < steps; ++ks) {
+        const int f = f0 + ks, s = f % Cfg::kStages;
+        mbarrier_wait_parity(sm.full(s), (unsigned)((f / Cfg::kStages) & 1));
+        __syncwarp();                                   // converged for the .aligned wgmma
+        const unsigned wbase = smem_u32(sm.w(s)), abase = smem_u32(sm.a(s));
+        const unsigned sfbase = smem_u32(sm.wsf(s));
+#pragma unroll
+        for (int c0 = 0; c0 < Cfg::kWarpGroups; c0 += Cfg::kChunk) {
+            float p[Cfg::kChunk][Cfg::kMB][Cfg::kNT][4];
+            wgmma_fence();
+#pragma unroll
+            for (int ci = 0; ci < Cfg::kChunk; ++ci) {
+                const int g = wk * Cfg::kWarpGroups + c0 + ci, at = g / 4, gg = g % 4;
+                const unsigned long long db =
+                    wgmma_desc_sw128(abase + at * Cfg::kABox + gg * 32, 16, 1024);
+#pragma unroll
+                for (int mb = 0; mb < Cfg::kMB; ++mb)
+                    wgmma_e4m3<Cfg::kNT>(
+                        p[ci][mb],
+                        wgmma_desc_sw128(wbase + at * Cfg::kWBox + mb * 8192 + gg * 32, 16, 1024),
+                        db);
+            }
+            wgmma_commit_group();
+            // The scales of the chunk's groups while the products run.
+            unsigned swd[Cfg::kChunk][Cfg::kMB][2], sad[Cfg::kChunk][Cfg::kNT][2];
+#pragma unroll
+            for (int ci = 0; ci < Cfg::kChunk; ++ci) {
+                const int g = wk * Cfg::kWarpGroups + c0 + ci, at = g / 4;
+                const int kg = ks * Cfg::kGroups + g;
+#pragma unroll
+                for (int j = 0; j < Cfg::kNT; ++j) {
+                    const unsigned t0 = tbase + (8 * j + 2 * c) * Cfg::kSfRow + (kg & ~3);
+                    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(sad[ci][j][0]) : "r"(t0));
+                    asm volatile("ld.shared.u32 %0, [%1];\n"
+                                 : "=r"(sad[ci][j][1]) : "r"(t0 + Cfg::kSfRow));
+                }
+#pragma unroll
+                for (int mb = 0; mb < Cfg::kMB; ++mb) {
+                    // Rows past kBN (kBN 32) read a valid word of the block and are discarded.
+                    const int n_a = (n0 % 128 + 64 * mb + 16 * w4 + gr) % 128, n_b = (n_a + 8) % 128;
+                    const unsigned blk = sfbase + at * 512;
+                    asm volatile("ld.shared.u32 %0, [%1];\n"
+                                 : "=r"(swd[ci][mb][0]) : "r"(blk + (n_a % 32) * 16 + (n_a / 32) * 4));
+                    asm volatile("ld.shared.u32 %0, [%1];\n"
+                                 : "=r"(swd[ci][mb][1]) : "r"(blk + (n_b % 32) * 16 + (n_b / 32) * 4));
+                }
+            }
+            wgmma_wait_group<0>();
+#pragma unroll
+            for (int ci = 0; ci < Cfg::kChunk; ++ci)
+#pragma unroll
+                for (int mb = 0; mb < Cfg::kMB; ++mb)
+#pragma unroll
+                    for (int j = 0; j < Cfg::kNT; ++j)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) fence_operand(p[ci][mb][j][e]);
+#pragma unroll
+            for (int ci = 0; ci < Cfg::kChunk; ++ci) {
+                const int g = wk * Cfg::kWarpGroups + c0 + ci, gg = g % 4;
+                const int kg = ks * Cfg::kGroups + g;
+                float sa[Cfg::kNT][2];
+#pragma unroll
+                for (int j = 0; j < Cfg::kNT; ++j) {
+                    sa[j][0] = ue8m0_of(sad[ci][j][0], kg & 3);
+                    sa[j][1] = ue8m0_of(sad[ci][j][1], kg & 3);
+                }
+#pragma unroll
+                for (int mb = 0; mb < Cfg::kMB; ++mb) {
+                    const float sw0 = ue8m0_of(swd[ci][mb][0], gg);
+                    const float sw1 = ue8m0_of(swd[ci][mb][1], gg);
+#pragma unroll
+                    for (int j = 0; j < Cfg::kNT; ++j) {
+                        acc[mb][j][0] = fmaf(p[ci][mb][j][0], sw0 * sa[j][0], acc[mb][j][0]);
+                        acc[mb][j][1] = fmaf(p[ci][mb][j][1], sw0 * sa[j][1], acc[mb][j][1]);
+                        acc[mb][j][2] = fmaf(p[ci][mb][j][2], sw1 * sa[j][0], acc[mb][j][2]);
+                        acc[mb][j][3] = fmaf(p[ci][mb][j][3], sw1 * sa[j][1], acc[mb][j][3]);
+                    }
+                }
+            }
+        }
+        __syncwarp();
+        if (lane == 0) mbarrier_arrive(sm.empty(s));
+    }
+}
+
+// The diagnostic consumer (kMathNone): every stage waited for and released unread.
+template <class Cfg>
+__device__ __forceinline__ void consume_none(int f0, int steps, const Smem<Cfg> &sm) {
+    for (int ks = 0; ks < steps; ++ks) {
+        const int f = f0 + ks, s = f % Cfg::kStages;
+        mbarrier_wait_parity(sm.full(s), (unsigned)((f / Cfg::kStages) & 1));
+        __syncwarp();
+        if (threadIdx.x % 32 == 0) mbarrier_arrive(sm.empty(s));
+    }
+}
+
 // The tiles tile_n0(0), ..., tile_n0(count - 1) of this CTA (W rows n0 .. n0 + BN - 1 each,
 // the same A and K range) through one ring: the next tile's copies are in flight while the
 // current one is reduced and handed to epilogue(i, n0, D, T). count > 1 needs Cfg::kMulti. All
 // threads of the block call it (at least Cfg::kThreads; warps past the producer return at once).
-template <class Cfg, class TileN, class Ready, class Epilogue>
+struct NoPrologue {
+    __device__ __forceinline__ void operator()() const {}
+};
+
+template <class Cfg, class TileN, class Ready, class Epilogue, class Prologue = NoPrologue>
 __device__ __forceinline__ void run_tiles(const Operands &op, int count, TileN tile_n0,
-                                          unsigned char *smem_in, Ready ready, Epilogue epilogue) {
+                                          unsigned char *smem_in, Ready ready, Epilogue epilogue,
+                                          Prologue prologue = Prologue()) {
     unsigned char *smem = smem_in + ((1024u - (smem_u32(smem_in) & 1023u)) & 1023u);
     const Smem<Cfg> sm{smem};
     const int tid = (int)threadIdx.x;
@@ -387,6 +602,8 @@ __device__ __forceinline__ void run_tiles(const Operands &op, int count, TileN t
         return;
     }
     if (count <= 0) return;
+    // The consumers' own work before they need A (the producer streams W meanwhile).
+    prologue();
     // The A scale table: rows t < T from global (written by other CTAs or an earlier kernel,
     // after ready()), rows T..kTP-1 zero.
     if (tid == 0) ready();
@@ -403,25 +620,44 @@ __device__ __forceinline__ void run_tiles(const Operands &op, int count, TileN t
     float *red = reinterpret_cast<float *>(smem + Cfg::kRedOffset);
     const int steps = op.k_len / Cfg::kKS;
     const int warp = tid / 32, lane = tid % 32;
-    const int wr = warp % Cfg::kWR, wk = warp / Cfg::kWR;
+    const int wr = warp % Cfg::kWR, wk = Cfg::kWg ? warp / 4 : warp / Cfg::kWR;
     for (int i = 0; i < count; ++i) {
         const int n0 = tile_n0(i);
-        float acc[Cfg::kRT][Cfg::kNT][4];
-        consume<Cfg>(op, n0, i * steps, sm, acc);
         // red[wk][r][t], summed over wk in order 0, 1, ... into red[0]. The first barrier: every
         // consumer is past the previous epilogue (and, with one tile, done with the ring).
-        named_barrier_sync(1, Cfg::kConsumers);
         float *mine = red + wk * Cfg::kBN * Cfg::kDPitch;
+        if constexpr (Cfg::kWg) {
+            float acc[Cfg::kMB][Cfg::kNT][4];
+            consume_wg<Cfg>(op, n0, i * steps, sm, acc);
+            named_barrier_sync(1, Cfg::kConsumers);
 #pragma unroll
-        for (int it = 0; it < Cfg::kRT; ++it)
+            for (int mb = 0; mb < Cfg::kMB; ++mb)
 #pragma unroll
-            for (int j = 0; j < Cfg::kNT; ++j)
+                for (int j = 0; j < Cfg::kNT; ++j)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int r = wr * Cfg::kWarpRows + 16 * it + lane / 4 + 8 * (e / 2);
-                    const int t = 8 * j + 2 * (lane % 4) + e % 2;
-                    mine[r * Cfg::kDPitch + t] = acc[it][j][e];
-                }
+                    for (int e = 0; e < 4; ++e) {
+                        const int r = 64 * mb + 16 * (warp % 4) + lane / 4 + 8 * (e / 2);
+                        const int t = 8 * j + 2 * (lane % 4) + e % 2;
+                        if (r < Cfg::kBN) mine[r * Cfg::kDPitch + t] = acc[mb][j][e];
+                    }
+        } else if constexpr (Cfg::kMath == kMathNone) {
+            consume_none<Cfg>(i * steps, steps, sm);
+            named_barrier_sync(1, Cfg::kConsumers);
+        } else {
+            float acc[Cfg::kRT][Cfg::kNT][4];
+            consume<Cfg>(op, n0, i * steps, sm, acc);
+            named_barrier_sync(1, Cfg::kConsumers);
+#pragma unroll
+            for (int it = 0; it < Cfg::kRT; ++it)
+#pragma unroll
+                for (int j = 0; j < Cfg::kNT; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int r = wr * Cfg::kWarpRows + 16 * it + lane / 4 + 8 * (e / 2);
+                        const int t = 8 * j + 2 * (lane % 4) + e % 2;
+                        mine[r * Cfg::kDPitch + t] = acc[it][j][e];
+                    }
+        }
         named_barrier_sync(1, Cfg::kConsumers);
         if (Cfg::kWK > 1) {
             for (int x = tid; x < Cfg::kBN * Cfg::kDPitch; x += Cfg::kConsumers) {
@@ -444,12 +680,12 @@ __device__ __forceinline__ void run_tiles(const Operands &op, int count, TileN t
 }
 
 // One tile (rows n0 ..): run_tiles with count 1; epilogue(D, T).
-template <class Cfg, class Ready, class Epilogue>
+template <class Cfg, class Ready, class Epilogue, class Prologue = NoPrologue>
 __device__ __forceinline__ void run(const Operands &op, int n0, unsigned char *smem, Ready ready,
-                                    Epilogue epilogue) {
+                                    Epilogue epilogue, Prologue prologue = Prologue()) {
     run_tiles<Cfg>(
         op, 1, [n0](int) { return n0; }, smem, ready,
-        [&](int, int, const float *D, int T) { epilogue(D, T); });
+        [&](int, int, const float *D, int T) { epilogue(D, T); }, prologue);
 }
 
 }  // namespace sgemm

@@ -400,6 +400,33 @@ using StreamCfgB = sgemm::Config<kStreamBnB, kNT, stream_ks_b<kNT>(), stream_sta
                                  kNT <= 2 ? 1 : 2,
                                  2 * kH / 32>;
 
+// The quantize work of kernel A's stream GEMM CTAs (their consumer prologue: the producer warp
+// streams wo_a meanwhile). The CTA's kConsumers threads claim items of one unit per consumer
+// warp from the ticket counter (bank word 0) until none are left, so that every unit is taken by
+// a running CTA that finishes it without waiting (no deadlock, whatever the residency), then add
+// the units they did to ready[0] (word 32: T <= 16, one m-tile).
+template <class Cfg>
+__device__ __forceinline__ void quantize_share(const ArgsA &a) {
+    __shared__ unsigned int claimed;
+    constexpr int kW = Cfg::kConsumerWarps;
+    const int warp = (int)(threadIdx.x / 32), lane = (int)(threadIdx.x % 32);
+    const long long units = a.T * kHeads;
+    unsigned int done = 0;                                  // units of this CTA (thread 0)
+    for (;;) {
+        if (threadIdx.x == 0) claimed = atomicAdd(a.bank + kTicketWord, 1u);
+        named_barrier_sync(1, Cfg::kConsumers);
+        const long long u0 = (long long)claimed * kW;
+        named_barrier_sync(1, Cfg::kConsumers);             // read before the next claim
+        if (u0 >= units) break;
+        if (u0 + warp < units) quantize_unit(a, u0 + warp, lane);
+        done += (unsigned int)(units - u0 < kW ? units - u0 : kW);
+    }
+    if (threadIdx.x == 0 && done > 0) {                     // the barrier above ordered the writes
+        __threadfence();
+        atomicAdd(a.bank + kReadyWord0, done);
+    }
+}
+
 // Spins (one thread) until the quantize items have counted every unit of the T tokens.
 __device__ __forceinline__ void wait_units(const ArgsA &a) {
     const unsigned int n = (unsigned int)(a.T * kHeads);
@@ -476,10 +503,11 @@ __global__ void __launch_bounds__(oproj::kThreads) output_proj_b_kernel(const op
     store_out(b, acc, m0, n0, kH);
 }
 
-// Kernel A for T <= 16 (kNT = ceil(T / 8)): quantize items as output_proj_a_kernel, then one
-// GEMM CTA per 64-row block of wo_a streaming it once (its W copies start before the quantize
-// items are done). Grid: n_qtiles + 2 kH / 64 CTAs, tickets as above. maps: W = wo_a, A = act_q
-// (all 32768 columns; the CTA's group starts at column g K), sf = wo_a_sf.
+// Kernel A for T <= 16 (kNT = ceil(T / 8)): one GEMM CTA per 64-row block of wo_a streaming it
+// once; while its producer warp starts the W stream, its consumer warps quantize a share of the
+// units (quantize_share), then wait for all of them. Grid: 2 kH / 64 CTAs, one per SM (quantize
+// CTAs of their own made 16..128 more, so that some SMs held two GEMM CTAs). maps: W = wo_a,
+// A = act_q (all 32768 columns; the CTA's group starts at column g K), sf = wo_a_sf.
 template <int kH, int kG, int kNT>
 __global__ void __launch_bounds__(oproj::StreamCfgA<kH, kG, kNT>::kThreads)
     output_proj_a_stream_kernel(const oproj::ArgsA a, const __grid_constant__ sgemm::Maps maps) {
@@ -488,13 +516,8 @@ __global__ void __launch_bounds__(oproj::StreamCfgA<kH, kG, kNT>::kThreads)
     using Cfg = StreamCfgA<kH, kG, kNT>;
     extern __shared__ __align__(128) unsigned char smem[];
     require_smem<Cfg::kSmemBytes>();
-    const long long item = pdl::claim_ticket(a.bank + kTicketWord);
     pdl::launch_dependents();
-    if (item < a.n_qtiles) {
-        quantize_item<Cfg::kThreads / 32>(a, item);
-        return;
-    }
-    const int n0 = (int)(item - a.n_qtiles) * Cfg::kBN, g = n0 / S::kR;
+    const int n0 = (int)blockIdx.x * Cfg::kBN, g = n0 / S::kR;
     sgemm::Operands op;
     op.a = a.act_q + (long long)g * S::kK;
     op.a_sf = a.act_sf + (long long)g * S::kK / 32;
@@ -502,8 +525,10 @@ __global__ void __launch_bounds__(oproj::StreamCfgA<kH, kG, kNT>::kThreads)
     op.w = a.wo_a, op.w_sf = a.wo_a_sf, op.ldw = S::kK, op.w_kb = S::kK / 32;
     op.w_k0 = 0, op.k_len = S::kK, op.T = (int)a.T;
     op.a_col0 = g * S::kK, op.maps = &maps;
-    sgemm::run<Cfg>(op, n0, smem, [&] { wait_units(a); },
-                    [&](const float *D, int) { store_o_lora_stream<Cfg>(a, D, n0, S::kN); });
+    sgemm::run<Cfg>(
+        op, n0, smem, [&] { wait_units(a); },
+        [&](const float *D, int) { store_o_lora_stream<Cfg>(a, D, n0, S::kN); },
+        [&] { quantize_share<Cfg>(a); });
 }
 
 // Kernel B for T <= 16: one CTA per 32 rows of wo_b (grid kH / 32), PDL-chained; its W copies
