@@ -855,7 +855,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(
     const __grid_constant__ DecodeParams p, const __grid_constant__ sm90::TmaDesc tk) {
     static_assert(kKV == 0 || kKV == 1, "the sm_90a decode takes 16-bit KV");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
-    unsigned char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+    unsigned char *smem = align_smem_1024(smem_raw);
     pdl::wait();  // as decode_kernel: the previous kernel is done before anything is read
     pdl::launch_dependents();
     const int part = blockIdx.x, g = blockIdx.y, m = blockIdx.z;
