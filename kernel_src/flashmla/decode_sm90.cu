@@ -263,49 +263,34 @@ __device__ __forceinline__ void mbarrier_expect_tx(unsigned bar, unsigned bytes)
                  : "memory");
 }
 
-// Page classes 2-5 (any page size, tma_box_rows(p) == 1 boxes): the last pieces of a share go by
-// one-row TMA boxes (thread wt even issues those of its row wt / 2; thread 0 adds their bytes to
-// the share's mbarrier, which still counts the 128 cp.async arrivals), the rest by cp.async. Page
-// class 2: piece 8 of the pieces 4-8 share; 3: pieces 7-8, and piece 3 of 0-3; 4: pieces 7-8 and
-// 2-3; 5: as 3, with K1's piece 8 issued early (tma_rope_early).
+// Page classes 2 and 3 (any page size, tma_box_rows(p) == 1 boxes): the last kTmaPieces pieces
+// of a share go by one-row TMA boxes (thread wt even issues those of its row wt / 2), the rest by
+// cp.async. Page class 2: piece 8 of the pieces 4-8 share; 3: pieces 7-8, and piece 3 of 0-3;
+// 4: pieces 7-8 and 2-3.
 template <int kLo, int kPageClass>
 __device__ __forceinline__ constexpr int tma_pieces() {
-    return kPageClass == 2                       ? (kLo == 0 ? 0 : 1)
-           : kPageClass == 3 || kPageClass == 5 ? (kLo == 0 ? 1 : 2)
-           : kPageClass == 4                     ? 2
-                                                 : 0;
+    return kPageClass == 2   ? (kLo == 0 ? 0 : 1)
+           : kPageClass == 3 ? (kLo == 0 ? 1 : 2)
+           : kPageClass == 4 ? 2
+                             : 0;
 }
 
-// One-row TMA boxes of pieces [kFrom, kTo) of the row thread wt holds, completing on bar.
-template <int kFrom, int kTo>
-__device__ __forceinline__ void tma_rows(const TmaDesc &tk, unsigned buf, unsigned bar, RowRef r,
-                                         int g, int wt) {
-    if (wt == 0) mbarrier_expect_tx(bar, (kTo - kFrom) * kPieceBytes);
-    if ((wt & 1) == 0) {
-        const unsigned dst = buf + (wt >> 1) * 128;
-        const unsigned long long stream = l2_policy_evict_first();
-#pragma unroll
-        for (int pc = kFrom; pc < kTo; pc++)
-            tma_load_4d(dst + pc * kPieceBytes, &tk, bar, pc * 64, g, r.row, r.blk, stream);
-    }
-}
-
-// Page class 5: piece 8 (RoPE, read only by Q K^T) of the tile K1 takes next, issued as soon as
-// warpgroup 1's Q K^T of its current tile is done, ahead of the rest of the share.
-template <int kPageClass>
-__device__ __forceinline__ void tma_rope_early(const TmaDesc &tk, unsigned buf, unsigned bars,
-                                               RowRef r, int g, int wt) {
-    if constexpr (kPageClass == 5) tma_rows<kPieces - 1, kPieces>(tk, buf, bars + 8, r, g, wt);
-}
-
-template <int kLo, int kHi, int kPageClass, bool kRopeIssued = false>
+template <int kLo, int kHi, int kPageClass>
 __device__ __forceinline__ void load_tile(const DecodeParams &p, const TmaDesc &tk, unsigned buf,
                                           unsigned bars, RowRef r, int g, int wt) {
     if constexpr (kPageClass >= 2) {
         constexpr int kT = tma_pieces<kLo, kPageClass>();
-        constexpr int kTop = kRopeIssued && kHi == kPieces ? kHi - 1 : kHi;
-        if constexpr (kHi - kT < kTop)
-            tma_rows<kHi - kT, kTop>(tk, buf, bars + (kLo == 0 ? 0 : 8), r, g, wt);
+        const unsigned bar = bars + (kLo == 0 ? 0 : 8);
+        if constexpr (kT > 0) {
+            if (wt == 0) mbarrier_expect_tx(bar, kT * kPieceBytes);
+            if ((wt & 1) == 0) {
+                const unsigned dst = buf + (wt >> 1) * 128;
+                const unsigned long long stream = l2_policy_evict_first();
+#pragma unroll
+                for (int pc = kHi - kT; pc < kHi; pc++)
+                    tma_load_4d(dst + pc * kPieceBytes, &tk, bar, pc * 64, g, r.row, r.blk, stream);
+            }
+        }
         load_pieces<kLo, kHi - kT>(p, buf, bars, row_src(p, g, r), wt);
     } else if constexpr (kPageClass == 1) {
         const unsigned bar = bars + (kLo == 0 ? 0 : 8);
@@ -795,13 +780,10 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
             if (next_a) named_barrier_arrive(kBarP0Free, 2 * kWgThreads);
             if (load_a)  // V0_R read
                 load_tile<kVPieces, kPieces, kPageClass>(p, tk, k0, bar0, na, g, wt);
-            if (load_b)  // K1's piece 8 read by this warpgroup's last Q K^T (page class 5)
-                tma_rope_early<kPageClass>(tk, k1, bar1, nb, g, wt);
             pair_wg1_beta(st, o, f, m_a, m_b, l_b);
             if (has_b) pv_rs_wait<kF16>(o, pa, k1, 1);
             if (load_b)  // V1_R consumed (or K1 unused in this pair)
-                load_tile<kVPieces, kPieces, kPageClass, kPageClass == 5>(p, tk, k1, bar1, nb, g,
-                                                                         wt);
+                load_tile<kVPieces, kPieces, kPageClass>(p, tk, k1, bar1, nb, g, wt);
             if (next_b) {
                 qk_tile<kF16, kPageClass != 1>(s, q8, q, k1, bar1, phase[1]);
                 phase[1] ^= 1;
