@@ -265,14 +265,10 @@ __device__ __forceinline__ void mbarrier_expect_tx(unsigned bar, unsigned bytes)
 
 // Page classes 2 and 3 (any page size, tma_box_rows(p) == 1 boxes): the last kTmaPieces pieces
 // of a share go by one-row TMA boxes (thread wt even issues those of its row wt / 2), the rest by
-// cp.async. Page class 2: piece 8 of the pieces 4-8 share; 3: pieces 7-8, and piece 3 of 0-3;
-// 4: pieces 7-8 and 2-3.
+// cp.async. Page class 2: piece 8 of the pieces 4-8 share; 3: pieces 7-8, and piece 3 of 0-3.
 template <int kLo, int kPageClass>
 __device__ __forceinline__ constexpr int tma_pieces() {
-    return kPageClass == 2   ? (kLo == 0 ? 0 : 1)
-           : kPageClass == 3 ? (kLo == 0 ? 1 : 2)
-           : kPageClass == 4 ? 2
-                             : 0;
+    return kPageClass == 2 ? (kLo == 0 ? 0 : 1) : kPageClass == 3 ? (kLo == 0 ? 1 : 2) : 0;
 }
 
 template <int kLo, int kHi, int kPageClass>
