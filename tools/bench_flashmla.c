@@ -45,8 +45,6 @@ static int32_t *fm_block_table(int b, int pages) {
     if (!bt) return NULL;
     uint64_t s = 0x9E3779B97F4A7C15ull;
     for (int i = 0; i < b * pages; i++) bt[i] = i;
-    /* EXPERIMENT (temporary, not for merge): $MLAJIT_BENCH_BT_IDENTITY keeps the pages in order */
-    if (getenv("MLAJIT_BENCH_BT_IDENTITY")) return bt;
     for (int i = b * pages - 1; i > 0; i--) {
         s ^= s << 13, s ^= s >> 7, s ^= s << 17;
         int j = (int)(s % (uint64_t)(i + 1)), t = bt[i];

@@ -255,40 +255,10 @@ __device__ __forceinline__ int tma_box_rows(const DecodeParams &p) {
 // class 1 by TMA, the threads wt = 2 k R issuing the boxes of rows [k R, k R + R) and thread 0
 // posting the group's bytes on its mbarrier (a box that completes before the post leaves the
 // phase open: its arrival is still pending); else by cp.async from the warpgroup.
-// mbarrier.expect_tx.relaxed.cta.shared::cta.b64: `bytes` more bytes of asynchronous copies
-// expected before the current phase can complete, without an arrival.
-__device__ __forceinline__ void mbarrier_expect_tx(unsigned bar, unsigned bytes) {
-    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar),
-                 "r"(bytes)
-                 : "memory");
-}
-
-// Page classes 2 and 3 (any page size, tma_box_rows(p) == 1 boxes): the last kTmaPieces pieces
-// of a share go by one-row TMA boxes (thread wt even issues those of its row wt / 2), the rest by
-// cp.async. Page class 2: piece 8 of the pieces 4-8 share; 3: pieces 7-8, and piece 3 of 0-3.
-template <int kLo, int kPageClass>
-__device__ __forceinline__ constexpr int tma_pieces() {
-    return kPageClass == 2 ? (kLo == 0 ? 0 : 1) : kPageClass == 3 ? (kLo == 0 ? 1 : 2) : 0;
-}
-
 template <int kLo, int kHi, int kPageClass>
 __device__ __forceinline__ void load_tile(const DecodeParams &p, const TmaDesc &tk, unsigned buf,
                                           unsigned bars, RowRef r, int g, int wt) {
-    if constexpr (kPageClass >= 2) {
-        constexpr int kT = tma_pieces<kLo, kPageClass>();
-        const unsigned bar = bars + (kLo == 0 ? 0 : 8);
-        if constexpr (kT > 0) {
-            if (wt == 0) mbarrier_expect_tx(bar, kT * kPieceBytes);
-            if ((wt & 1) == 0) {
-                const unsigned dst = buf + (wt >> 1) * 128;
-                const unsigned long long stream = l2_policy_evict_first();
-#pragma unroll
-                for (int pc = kHi - kT; pc < kHi; pc++)
-                    tma_load_4d(dst + pc * kPieceBytes, &tk, bar, pc * 64, g, r.row, r.blk, stream);
-            }
-        }
-        load_pieces<kLo, kHi - kT>(p, buf, bars, row_src(p, g, r), wt);
-    } else if constexpr (kPageClass == 1) {
+    if constexpr (kPageClass == 1) {
         const unsigned bar = bars + (kLo == 0 ? 0 : 8);
         if (wt == 0) mbarrier_arrive_expect_tx(bar, (kHi - kLo) * kPieceBytes);
         if ((wt & (2 * tma_box_rows(p) - 1)) == 0) {
