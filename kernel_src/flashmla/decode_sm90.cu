@@ -207,34 +207,53 @@ __device__ __forceinline__ const unsigned char *row_src(const DecodeParams &p, i
     return cache_row(p, r.blk, r.row, g, 2);
 }
 
+// cp.async of 16 bytes from src + kSrcOff to dst + kDstOff (both offsets immediates of the
+// instruction), or 16 zero bytes (nothing read) when !valid.
+template <int kDstOff, int kSrcOff>
+__device__ __forceinline__ void cp_async_16_at(unsigned dst, const unsigned char *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0+%3], [%1+%4], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(valid ? 16 : 0), "n"(kDstOff), "n"(kSrcOff)
+                 : "memory");
+}
+
+// The copies of pieces [kPc, kHi) of load_pieces' 4 rows (a piece is 8192 bytes on from the last
+// in the tile and 128 bytes on in the row).
+template <int kPc, int kHi>
+__device__ __forceinline__ void copy_pieces(const unsigned char *const (&rs)[4],
+                                            const unsigned (&dst)[4], const bool (&valid)[4]) {
+    if constexpr (kPc < kHi) {
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            cp_async_16_at<kPc * kPieceBytes, kPc * 128>(dst[i], rs[i], valid[i]);
+        copy_pieces<kPc + 1, kHi>(rs, dst, valid);
+    }
+}
+
 // cp.async of pieces [kLo, kHi) (0-3 or 4-8) of one tile by the 128 threads of a warpgroup,
 // arriving on the group's mbarrier (bars: pieces 0-3, bars + 8: pieces 4-8). Warp w copies its
 // rows [16 w, 16 w + 16): per instruction 4 rows x 8 chunks, whole 128-byte lines. Thread wt
 // computed the source of row wt / 2 (src, null: zero fill), which the copying lanes read by
-// shuffle.
+// shuffle. Each lane's 4 rows get one source and one destination register pair each, the pieces
+// being immediate offsets of the copies: no address arithmetic or select per copy, and no copy
+// waits to overwrite the address registers of the one before.
 template <int kLo, int kHi>
 __device__ __forceinline__ void load_pieces(const DecodeParams &p, unsigned buf, unsigned bars,
                                             const unsigned char *src, int wt) {
     const int lane = wt & 31, ch = lane & 7;
     const unsigned char *rs[4];
-    int r[4];
+    unsigned dst[4];
+    bool valid[4];
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const int rl = 4 * i + (lane >> 3);  // row within the warp's 16
-        rs[i] = reinterpret_cast<const unsigned char *>(
+        const unsigned char *a = reinterpret_cast<const unsigned char *>(
             __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(src), 2 * rl));
-        r[i] = (wt & ~31) / 2 + rl;
+        const int r = (wt & ~31) / 2 + rl;
+        valid[i] = a != nullptr;
+        rs[i] = (valid[i] ? a : static_cast<const unsigned char *>(p.k)) + ch * 16;
+        dst[i] = buf + r * 128 + ((ch ^ (r & 7)) << 4);
     }
-#pragma unroll
-    for (int pc = kLo; pc < kHi; pc++) {
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const bool valid = rs[i] != nullptr;
-            const unsigned char *g = valid ? rs[i] + (pc * 8 + ch) * 16
-                                           : static_cast<const unsigned char *>(p.k);
-            cp_async_16(buf + pc * kPieceBytes + r[i] * 128 + ((ch ^ (r[i] & 7)) << 4), g, valid);
-        }
-    }
+    copy_pieces<kLo, kHi>(rs, dst, valid);
     cp_async_mbarrier_arrive_noinc(bars + (kLo == 0 ? 0 : 8));
 }
 
