@@ -209,23 +209,30 @@ __device__ __forceinline__ const unsigned char *row_src(const DecodeParams &p, i
 
 // cp.async of 16 bytes from src + kSrcOff to dst + kDstOff (both offsets immediates of the
 // instruction), or 16 zero bytes (nothing read) when !valid.
-template <int kDstOff, int kSrcOff>
-__device__ __forceinline__ void cp_async_16_at(unsigned dst, const unsigned char *src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0+%3], [%1+%4], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(valid ? 16 : 0), "n"(kDstOff), "n"(kSrcOff)
-                 : "memory");
+template <int kDstOff, int kSrcOff, bool kEf = false>
+__device__ __forceinline__ void cp_async_16_at(unsigned dst, const unsigned char *src, bool valid,
+                                               unsigned long long policy = 0) {
+    if constexpr (kEf)  // EXPERIMENT: L2 evict_first, as the TMA path reads K
+        asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0+%3], [%1+%4], 16, %2, %5;\n" ::"r"(dst),
+                     "l"(src), "r"(valid ? 16 : 0), "n"(kDstOff), "n"(kSrcOff), "l"(policy)
+                     : "memory");
+    else
+        asm volatile("cp.async.cg.shared.global [%0+%3], [%1+%4], 16, %2;\n" ::"r"(dst), "l"(src),
+                     "r"(valid ? 16 : 0), "n"(kDstOff), "n"(kSrcOff)
+                     : "memory");
 }
 
 // The copies of pieces [kPc, kHi) of load_pieces' 4 rows (a piece is 8192 bytes on from the last
 // in the tile and 128 bytes on in the row).
-template <int kPc, int kHi>
+template <int kPc, int kHi, bool kEf = false>
 __device__ __forceinline__ void copy_pieces(const unsigned char *const (&rs)[4],
-                                            const unsigned (&dst)[4], const bool (&valid)[4]) {
+                                            const unsigned (&dst)[4], const bool (&valid)[4],
+                                            unsigned long long policy = 0) {
     if constexpr (kPc < kHi) {
 #pragma unroll
         for (int i = 0; i < 4; i++)
-            cp_async_16_at<kPc * kPieceBytes, kPc * 128>(dst[i], rs[i], valid[i]);
-        copy_pieces<kPc + 1, kHi>(rs, dst, valid);
+            cp_async_16_at<kPc * kPieceBytes, kPc * 128, kEf>(dst[i], rs[i], valid[i], policy);
+        copy_pieces<kPc + 1, kHi, kEf>(rs, dst, valid, policy);
     }
 }
 
@@ -236,7 +243,7 @@ __device__ __forceinline__ void copy_pieces(const unsigned char *const (&rs)[4],
 // shuffle. Each lane's 4 rows get one source and one destination register pair each, the pieces
 // being immediate offsets of the copies: no address arithmetic or select per copy, and no copy
 // waits to overwrite the address registers of the one before.
-template <int kLo, int kHi>
+template <int kLo, int kHi, bool kEf = false>
 __device__ __forceinline__ void load_pieces(const DecodeParams &p, unsigned buf, unsigned bars,
                                             const unsigned char *src, int wt) {
     const int lane = wt & 31, ch = lane & 7;
@@ -253,7 +260,35 @@ __device__ __forceinline__ void load_pieces(const DecodeParams &p, unsigned buf,
         rs[i] = (valid[i] ? a : static_cast<const unsigned char *>(p.k)) + ch * 16;
         dst[i] = buf + r * 128 + ((ch ^ (r & 7)) << 4);
     }
-    copy_pieces<kLo, kHi>(rs, dst, valid);
+    copy_pieces<kLo, kHi, kEf>(rs, dst, valid, kEf ? l2_policy_evict_first() : 0ull);
+    cp_async_mbarrier_arrive_noinc(bars + (kLo == 0 ? 0 : 8));
+}
+
+// EXPERIMENT (temporary, for the A/B only): load_pieces as it was, with per-copy address
+// arithmetic (page class 2).
+template <int kLo, int kHi>
+__device__ __forceinline__ void load_pieces_old(const DecodeParams &p, unsigned buf, unsigned bars,
+                                                const unsigned char *src, int wt) {
+    const int lane = wt & 31, ch = lane & 7;
+    const unsigned char *rs[4];
+    int r[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int rl = 4 * i + (lane >> 3);  // row within the warp's 16
+        rs[i] = reinterpret_cast<const unsigned char *>(
+            __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(src), 2 * rl));
+        r[i] = (wt & ~31) / 2 + rl;
+    }
+#pragma unroll
+    for (int pc = kLo; pc < kHi; pc++) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const bool valid = rs[i] != nullptr;
+            const unsigned char *g = valid ? rs[i] + (pc * 8 + ch) * 16
+                                           : static_cast<const unsigned char *>(p.k);
+            cp_async_16(buf + pc * kPieceBytes + r[i] * 128 + ((ch ^ (r[i] & 7)) << 4), g, valid);
+        }
+    }
     cp_async_mbarrier_arrive_noinc(bars + (kLo == 0 ? 0 : 8));
 }
 
@@ -288,7 +323,10 @@ __device__ __forceinline__ void load_tile(const DecodeParams &p, const TmaDesc &
                 tma_load_4d(dst + pc * kPieceBytes, &tk, bar, pc * 64, g, r.row, r.blk, stream);
         }
     } else {
-        load_pieces<kLo, kHi>(p, buf, bars, row_src(p, g, r), wt);
+        if constexpr (kPageClass == 2)
+            load_pieces_old<kLo, kHi>(p, buf, bars, row_src(p, g, r), wt);
+        else
+            load_pieces<kLo, kHi, kPageClass == 3>(p, buf, bars, row_src(p, g, r), wt);
     }
 }
 
