@@ -243,7 +243,7 @@ __device__ __forceinline__ void copy_pieces(const unsigned char *const (&rs)[4],
 // shuffle. Each lane's 4 rows get one source and one destination register pair each, the pieces
 // being immediate offsets of the copies: no address arithmetic or select per copy, and no copy
 // waits to overwrite the address registers of the one before.
-template <int kLo, int kHi, bool kEf = false>
+template <int kLo, int kHi, bool kEf = false, bool kArrive = true>
 __device__ __forceinline__ void load_pieces(const DecodeParams &p, unsigned buf, unsigned bars,
                                             const unsigned char *src, int wt) {
     const int lane = wt & 31, ch = lane & 7;
@@ -261,7 +261,7 @@ __device__ __forceinline__ void load_pieces(const DecodeParams &p, unsigned buf,
         dst[i] = buf + r * 128 + ((ch ^ (r & 7)) << 4);
     }
     copy_pieces<kLo, kHi, kEf>(rs, dst, valid, kEf ? l2_policy_evict_first() : 0ull);
-    cp_async_mbarrier_arrive_noinc(bars + (kLo == 0 ? 0 : 8));
+    if constexpr (kArrive) cp_async_mbarrier_arrive_noinc(bars + (kLo == 0 ? 0 : 8));
 }
 
 // EXPERIMENT (temporary, for the A/B only): load_pieces as it was, with per-copy address
@@ -328,6 +328,20 @@ __device__ __forceinline__ void load_tile(const DecodeParams &p, const TmaDesc &
         else
             load_pieces<kLo, kHi, kPageClass == 3>(p, buf, bars, row_src(p, g, r), wt);
     }
+}
+
+// Page class 4 (EXPERIMENT): K1's piece 8 (RoPE, read only by warpgroup 1's Q K^T) is copied by
+// warpgroup 0 as soon as M1 shows that Q K^T done, its arrival being the one warpgroup 0 makes on
+// K1's pieces 0-3 mbarrier later (an arrival counts all the thread's earlier copies); warpgroup
+// 1's share of K1 is then pieces 4-7, the refill right before its next Q K^T 16 copies, not 20.
+template <int kPageClass>
+constexpr bool kRope1ByWg0 = kPageClass == 4;
+
+template <int kPageClass>
+__device__ __forceinline__ void load_rope1(const DecodeParams &p, unsigned k1, RowRef r, int g,
+                                           int wt) {
+    if constexpr (kRope1ByWg0<kPageClass>)
+        load_pieces<kPieces - 1, kPieces, false, false>(p, k1, 0, row_src(p, g, r), wt);
 }
 
 // TMA reads whole boxes: zeroes the V rows [valid, 64) (pieces 0-7) of the tile in buf, which
@@ -712,11 +726,15 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
         const RowRef rb = fetch_row<kPageClass>(p, req, t_begin + kBlockN, t_stop, wt);
         if (wg == 0) {
             load_tile<0, kVPieces, kPageClass>(p, tk, k0, bar0, ra, g, wt);
-            if (n_tiles > 1) load_tile<0, kVPieces, kPageClass>(p, tk, k1, bar1, rb, g, wt);
+            if (n_tiles > 1) {
+                load_rope1<kPageClass>(p, k1, rb, g, wt);
+                load_tile<0, kVPieces, kPageClass>(p, tk, k1, bar1, rb, g, wt);
+            }
         } else {
             load_tile<kVPieces, kPieces, kPageClass>(p, tk, k0, bar0, ra, g, wt);
             if (n_tiles > 1)
-                load_tile<kVPieces, kPieces, kPageClass>(p, tk, k1, bar1, rb, g, wt);
+                load_tile<kVPieces, kPieces - kRope1ByWg0<kPageClass>, kPageClass>(p, tk, k1, bar1,
+                                                                                  rb, g, wt);
         }
     }
     if (q_pending) wait_q(), q_pending = false;
@@ -770,6 +788,7 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
                 load_q_pieces<0, kVPieces, kWgThreads>(p, q, nx->req, g, m, rows, wt);
                 cp_async_commit();
             }
+            if (load_b) load_rope1<kPageClass>(p, k1, nb, g, wt);  // K1's piece 8 read (M1)
             pair_wg0_beta(st, f, m_a, sm1, r0);
             wgmma_wait_group<0>();
             reg_fence(o);
@@ -806,7 +825,8 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
             pair_wg1_beta(st, o, f, m_a, m_b, l_b);
             if (has_b) pv_rs_wait<kF16>(o, pa, k1, 1);
             if (load_b)  // V1_R consumed (or K1 unused in this pair)
-                load_tile<kVPieces, kPieces, kPageClass>(p, tk, k1, bar1, nb, g, wt);
+                load_tile<kVPieces, kPieces - kRope1ByWg0<kPageClass>, kPageClass>(p, tk, k1, bar1,
+                                                                                  nb, g, wt);
             if (next_b) {
                 qk_tile<kF16, kPageClass != 1>(s, q8, q, k1, bar1, phase[1]);
                 phase[1] ^= 1;
