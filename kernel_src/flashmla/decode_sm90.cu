@@ -371,7 +371,19 @@ __device__ __forceinline__ void opaque(unsigned long long &v) { asm volatile("" 
 // for each group's mbarrier (phase `parity`) before its products; returns with S complete.
 // Descriptors: the start address field is bits 0-13 of (address >> 4), so an offset below
 // 256 KiB is added to a descriptor as offset >> 4.
-template <bool kF16, bool kGenericLoads>
+// The 4 products of Q K^T on piece 8, Q from registers (q8), K from the tile of descriptor kd0.
+template <bool kF16>
+__device__ __forceinline__ void qk_rope(float (&s)[8][4], const unsigned (&q8)[4][4],
+                                        unsigned long long kd0) {
+    unsigned long long kd = kd0;
+    opaque(kd);
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        wgmma_m64n64k16_rs<kF16, 0>(s, q8[k], kd + (((kPieces - 1) * kPieceBytes + k * 32) >> 4),
+                                    1);
+}
+
+template <bool kF16, bool kGenericLoads, bool kRopeFirst = false>
 __device__ __forceinline__ void qk_tile(float (&s)[8][4], const unsigned (&q8)[4][4], unsigned q,
                                         unsigned buf, unsigned bars, unsigned parity) {
     const unsigned long long qd0 = wgmma_desc_sw128(q, 16, 1024);
@@ -379,6 +391,7 @@ __device__ __forceinline__ void qk_tile(float (&s)[8][4], const unsigned (&q8)[4
     wgmma_fence();
 #pragma unroll
     for (int pc = 0; pc < kPieces - 1; pc++) {
+        if (kRopeFirst && pc == kVPieces) qk_rope<kF16>(s, q8, kd0);  // piece 8 came with 0-3
         if (pc == 0 || pc == kVPieces) {
             mbarrier_wait_parity(bars + (pc == 0 ? 0 : 8), parity);
             if (kGenericLoads) fence_proxy_async_shared();  // cp.async data, seen via the mbarrier
@@ -391,12 +404,7 @@ __device__ __forceinline__ void qk_tile(float (&s)[8][4], const unsigned (&q8)[4
             wgmma_m64n64k16_ss<kF16, 0>(s, qd + off, kd + off, pc + k > 0);
         }
     }
-    unsigned long long kd = kd0;
-    opaque(kd);
-#pragma unroll
-    for (int k = 0; k < 4; k++)
-        wgmma_m64n64k16_rs<kF16, 0>(s, q8[k], kd + (((kPieces - 1) * kPieceBytes + k * 32) >> 4),
-                                    1);
+    if (!kRopeFirst) qk_rope<kF16>(s, q8, kd0);
     wgmma_commit_group();
     wgmma_wait_group<0>();
     reg_fence(s);
@@ -743,7 +751,7 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
             qk_tile<kF16, kPageClass != 1>(s, q8, q, k0, bar0, phase[0]);
             phase[0] ^= 1;
         } else if (n_tiles > 1) {
-            qk_tile<kF16, kPageClass != 1>(s, q8, q, k1, bar1, phase[1]);
+            qk_tile<kF16, kPageClass != 1, kRope1ByWg0<kPageClass>>(s, q8, q, k1, bar1, phase[1]);
             phase[1] ^= 1;
         }
     }
@@ -828,7 +836,8 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
                 load_tile<kVPieces, kPieces - kRope1ByWg0<kPageClass>, kPageClass>(p, tk, k1, bar1,
                                                                                   nb, g, wt);
             if (next_b) {
-                qk_tile<kF16, kPageClass != 1>(s, q8, q, k1, bar1, phase[1]);
+                qk_tile<kF16, kPageClass != 1, kRope1ByWg0<kPageClass>>(s, q8, q, k1, bar1,
+                                                                        phase[1]);
                 phase[1] ^= 1;
             }
         }
