@@ -33,7 +33,7 @@ static mla_status build_decode(const mla__spec *spec, const char *kernel, long l
     MLA_ARG_CHECK(kv >= 0 && kv <= max_kv, "%s: kv_dtype: expected %s, got %lld", spec->kernel,
                   max_kv == MLA__FLASHMLA_KV_FP8 ? "0 (bfloat16), 1 (float16) or 2 (float8_e4m3fn)"
                                                  : "0 (bfloat16) or 1 (float16)", kv);
-    const long long max_pc = max_kv == MLA__FLASHMLA_KV_FP8 ? 1 : 4; /* EXPERIMENT: 2-4 */
+    const long long max_pc = max_kv == MLA__FLASHMLA_KV_FP8 ? 1 : 5; /* EXPERIMENT: 2-5 */
     MLA_ARG_CHECK(pc >= 0 && pc <= max_pc, "%s: page_class: expected 0 (any page size) or 1 (%s), "
                   "got %lld", spec->kernel, max_kv == MLA__FLASHMLA_KV_FP8
                   ? "page size a multiple of 64" : "TMA loads, page size a multiple of 8", pc);
@@ -399,6 +399,7 @@ static mla_status launch_decode(mla_runtime *rt, const mla__flashmla_decode_para
     if (sm90 && xpc && page_class == 0 && !strcmp(xpc, "old")) page_class = 2;
     if (sm90 && xpc && page_class == 0 && !strcmp(xpc, "ef")) page_class = 3;
     if (sm90 && xpc && page_class == 0 && !strcmp(xpc, "rope")) page_class = 4;
+    if (sm90 && xpc && page_class == 0 && !strcmp(xpc, "rope2")) page_class = 5;
     const long long values[] = {d->kv, page_class, d->causal};
     const mla__kernel *k = NULL;
     MLA_FORWARD_IF_ERROR(get_kernel(rt, kind, names, values, 3, &k));

@@ -334,14 +334,17 @@ __device__ __forceinline__ void load_tile(const DecodeParams &p, const TmaDesc &
 // warpgroup 0 as soon as M1 shows that Q K^T done, its arrival being the one warpgroup 0 makes on
 // K1's pieces 0-3 mbarrier later (an arrival counts all the thread's earlier copies); warpgroup
 // 1's share of K1 is then pieces 4-7, the refill right before its next Q K^T 16 copies, not 20.
+// Page class 5: K0's piece 8 too (read by warpgroup 0's own Q K^T), at the same point.
 template <int kPageClass>
-constexpr bool kRope1ByWg0 = kPageClass == 4;
+constexpr bool kRope1ByWg0 = kPageClass == 4 || kPageClass == 5;
+template <int kPageClass>
+constexpr bool kRope0ByWg0 = kPageClass == 5;
 
-template <int kPageClass>
-__device__ __forceinline__ void load_rope1(const DecodeParams &p, unsigned k1, RowRef r, int g,
-                                           int wt) {
-    if constexpr (kRope1ByWg0<kPageClass>)
-        load_pieces<kPieces - 1, kPieces, false, false>(p, k1, 0, row_src(p, g, r), wt);
+template <bool kOn>
+__device__ __forceinline__ void load_rope(const DecodeParams &p, unsigned buf, RowRef r, int g,
+                                          int wt) {
+    if constexpr (kOn)
+        load_pieces<kPieces - 1, kPieces, false, false>(p, buf, 0, row_src(p, g, r), wt);
 }
 
 // TMA reads whole boxes: zeroes the V rows [valid, 64) (pieces 0-7) of the tile in buf, which
@@ -733,13 +736,15 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
         const RowRef ra = fetch_row<kPageClass>(p, req, t_begin, t_stop, wt);
         const RowRef rb = fetch_row<kPageClass>(p, req, t_begin + kBlockN, t_stop, wt);
         if (wg == 0) {
+            load_rope<kRope0ByWg0<kPageClass>>(p, k0, ra, g, wt);
             load_tile<0, kVPieces, kPageClass>(p, tk, k0, bar0, ra, g, wt);
             if (n_tiles > 1) {
-                load_rope1<kPageClass>(p, k1, rb, g, wt);
+                load_rope<kRope1ByWg0<kPageClass>>(p, k1, rb, g, wt);
                 load_tile<0, kVPieces, kPageClass>(p, tk, k1, bar1, rb, g, wt);
             }
         } else {
-            load_tile<kVPieces, kPieces, kPageClass>(p, tk, k0, bar0, ra, g, wt);
+            load_tile<kVPieces, kPieces - kRope0ByWg0<kPageClass>, kPageClass>(p, tk, k0, bar0, ra,
+                                                                              g, wt);
             if (n_tiles > 1)
                 load_tile<kVPieces, kPieces - kRope1ByWg0<kPageClass>, kPageClass>(p, tk, k1, bar1,
                                                                                   rb, g, wt);
@@ -748,7 +753,8 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
     if (q_pending) wait_q(), q_pending = false;
     if (n_tiles > 0) {
         if (wg == 0) {
-            qk_tile<kF16, kPageClass != 1>(s, q8, q, k0, bar0, phase[0]);
+            qk_tile<kF16, kPageClass != 1, kRope0ByWg0<kPageClass>>(s, q8, q, k0, bar0,
+                                                                    phase[0]);
             phase[0] ^= 1;
         } else if (n_tiles > 1) {
             qk_tile<kF16, kPageClass != 1, kRope1ByWg0<kPageClass>>(s, q8, q, k1, bar1, phase[1]);
@@ -796,7 +802,8 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
                 load_q_pieces<0, kVPieces, kWgThreads>(p, q, nx->req, g, m, rows, wt);
                 cp_async_commit();
             }
-            if (load_b) load_rope1<kPageClass>(p, k1, nb, g, wt);  // K1's piece 8 read (M1)
+            if (load_a) load_rope<kRope0ByWg0<kPageClass>>(p, k0, na, g, wt);  // own Q K^T done
+            if (load_b) load_rope<kRope1ByWg0<kPageClass>>(p, k1, nb, g, wt);  // read (M1)
             pair_wg0_beta(st, f, m_a, sm1, r0);
             wgmma_wait_group<0>();
             reg_fence(o);
@@ -807,7 +814,8 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
             if (load_b)  // V1_L consumed (or K1 unused in this pair)
                 load_tile<0, kVPieces, kPageClass>(p, tk, k1, bar1, nb, g, wt);
             if (next_a) {
-                qk_tile<kF16, kPageClass != 1>(s, q8, q, k0, bar0, phase[0]);
+                qk_tile<kF16, kPageClass != 1, kRope0ByWg0<kPageClass>>(s, q8, q, k0, bar0,
+                                                                    phase[0]);
                 phase[0] ^= 1;
             }
         } else {
@@ -829,7 +837,8 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
             pv_remote<kF16>(o, kBarP0, base + kSmemP0, k0, 1);  // V0_R: K0 pieces 4-7
             if (next_a) named_barrier_arrive(kBarP0Free, 2 * kWgThreads);
             if (load_a)  // V0_R read
-                load_tile<kVPieces, kPieces, kPageClass>(p, tk, k0, bar0, na, g, wt);
+                load_tile<kVPieces, kPieces - kRope0ByWg0<kPageClass>, kPageClass>(p, tk, k0, bar0,
+                                                                                  na, g, wt);
             pair_wg1_beta(st, o, f, m_a, m_b, l_b);
             if (has_b) pv_rs_wait<kF16>(o, pa, k1, 1);
             if (load_b)  // V1_R consumed (or K1 unused in this pair)
