@@ -207,68 +207,14 @@ __device__ __forceinline__ const unsigned char *row_src(const DecodeParams &p, i
     return cache_row(p, r.blk, r.row, g, 2);
 }
 
-// cp.async of 16 bytes from src + kSrcOff to dst + kDstOff (both offsets immediates of the
-// instruction), or 16 zero bytes (nothing read) when !valid.
-template <int kDstOff, int kSrcOff, bool kEf = false>
-__device__ __forceinline__ void cp_async_16_at(unsigned dst, const unsigned char *src, bool valid,
-                                               unsigned long long policy = 0) {
-    if constexpr (kEf)  // EXPERIMENT: L2 evict_first, as the TMA path reads K
-        asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0+%3], [%1+%4], 16, %2, %5;\n" ::"r"(dst),
-                     "l"(src), "r"(valid ? 16 : 0), "n"(kDstOff), "n"(kSrcOff), "l"(policy)
-                     : "memory");
-    else
-        asm volatile("cp.async.cg.shared.global [%0+%3], [%1+%4], 16, %2;\n" ::"r"(dst), "l"(src),
-                     "r"(valid ? 16 : 0), "n"(kDstOff), "n"(kSrcOff)
-                     : "memory");
-}
-
-// The copies of pieces [kPc, kHi) of load_pieces' 4 rows (a piece is 8192 bytes on from the last
-// in the tile and 128 bytes on in the row).
-template <int kPc, int kHi, bool kEf = false>
-__device__ __forceinline__ void copy_pieces(const unsigned char *const (&rs)[4],
-                                            const unsigned (&dst)[4], const bool (&valid)[4],
-                                            unsigned long long policy = 0) {
-    if constexpr (kPc < kHi) {
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            cp_async_16_at<kPc * kPieceBytes, kPc * 128, kEf>(dst[i], rs[i], valid[i], policy);
-        copy_pieces<kPc + 1, kHi, kEf>(rs, dst, valid, policy);
-    }
-}
-
 // cp.async of pieces [kLo, kHi) (0-3 or 4-8) of one tile by the 128 threads of a warpgroup,
-// arriving on the group's mbarrier (bars: pieces 0-3, bars + 8: pieces 4-8). Warp w copies its
-// rows [16 w, 16 w + 16): per instruction 4 rows x 8 chunks, whole 128-byte lines. Thread wt
-// computed the source of row wt / 2 (src, null: zero fill), which the copying lanes read by
-// shuffle. Each lane's 4 rows get one source and one destination register pair each, the pieces
-// being immediate offsets of the copies: no address arithmetic or select per copy, and no copy
-// waits to overwrite the address registers of the one before.
-template <int kLo, int kHi, bool kEf = false, bool kArrive = true>
+// arriving on the group's mbarrier (bars: pieces 0-3, bars + 8: pieces 4-8; kArrive false: no
+// arrival, a later one of the same threads counts these copies). Warp w copies its rows
+// [16 w, 16 w + 16): per instruction 4 rows x 8 chunks, whole 128-byte lines. Thread wt computed
+// the source of row wt / 2 (src, null: zero fill), which the copying lanes read by shuffle.
+template <int kLo, int kHi, bool kArrive = true>
 __device__ __forceinline__ void load_pieces(const DecodeParams &p, unsigned buf, unsigned bars,
                                             const unsigned char *src, int wt) {
-    const int lane = wt & 31, ch = lane & 7;
-    const unsigned char *rs[4];
-    unsigned dst[4];
-    bool valid[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int rl = 4 * i + (lane >> 3);  // row within the warp's 16
-        const unsigned char *a = reinterpret_cast<const unsigned char *>(
-            __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(src), 2 * rl));
-        const int r = (wt & ~31) / 2 + rl;
-        valid[i] = a != nullptr;
-        rs[i] = (valid[i] ? a : static_cast<const unsigned char *>(p.k)) + ch * 16;
-        dst[i] = buf + r * 128 + ((ch ^ (r & 7)) << 4);
-    }
-    copy_pieces<kLo, kHi, kEf>(rs, dst, valid, kEf ? l2_policy_evict_first() : 0ull);
-    if constexpr (kArrive) cp_async_mbarrier_arrive_noinc(bars + (kLo == 0 ? 0 : 8));
-}
-
-// EXPERIMENT (temporary, for the A/B only): load_pieces as it was, with per-copy address
-// arithmetic (page class 2).
-template <int kLo, int kHi>
-__device__ __forceinline__ void load_pieces_old(const DecodeParams &p, unsigned buf, unsigned bars,
-                                                const unsigned char *src, int wt) {
     const int lane = wt & 31, ch = lane & 7;
     const unsigned char *rs[4];
     int r[4];
@@ -289,7 +235,7 @@ __device__ __forceinline__ void load_pieces_old(const DecodeParams &p, unsigned 
             cp_async_16(buf + pc * kPieceBytes + r[i] * 128 + ((ch ^ (r[i] & 7)) << 4), g, valid);
         }
     }
-    cp_async_mbarrier_arrive_noinc(bars + (kLo == 0 ? 0 : 8));
+    if constexpr (kArrive) cp_async_mbarrier_arrive_noinc(bars + (kLo == 0 ? 0 : 8));
 }
 
 // The TMA descriptor of k_cache (page class 1), a kernel parameter: runtime/flashmla_decode.c
@@ -323,28 +269,28 @@ __device__ __forceinline__ void load_tile(const DecodeParams &p, const TmaDesc &
                 tma_load_4d(dst + pc * kPieceBytes, &tk, bar, pc * 64, g, r.row, r.blk, stream);
         }
     } else {
-        if constexpr (kPageClass == 2)
-            load_pieces_old<kLo, kHi>(p, buf, bars, row_src(p, g, r), wt);
-        else
-            load_pieces<kLo, kHi, kPageClass == 3>(p, buf, bars, row_src(p, g, r), wt);
+        load_pieces<kLo, kHi>(p, buf, bars, row_src(p, g, r), wt);
     }
 }
 
-// Page class 4 (EXPERIMENT): K1's piece 8 (RoPE, read only by warpgroup 1's Q K^T) is copied by
-// warpgroup 0 as soon as M1 shows that Q K^T done, its arrival being the one warpgroup 0 makes on
-// K1's pieces 0-3 mbarrier later (an arrival counts all the thread's earlier copies); warpgroup
-// 1's share of K1 is then pieces 4-7, the refill right before its next Q K^T 16 copies, not 20.
-// Page class 5: K0's piece 8 too (read by warpgroup 0's own Q K^T), at the same point.
+// Page class 0: K1's piece 8 (RoPE, read only by warpgroup 1's Q K^T) is copied by warpgroup 0
+// as soon as M1 shows that Q K^T done, its arrival being the one warpgroup 0 makes on K1's pieces
+// 0-3 mbarrier later (an arrival counts all the thread's earlier copies); warpgroup 1's share of
+// K1 is then pieces 4-7, so that the refill right before its next Q K^T is 16 copies, not 20, and
+// that Q K^T runs piece 8 right after pieces 0-3, before it waits for 4-7.
+// EXPERIMENT (temporary): page class 2 is main's page class 0 (warpgroup 1 copies K1's piece 8);
+// page class 3 also moves K0's piece 8 to warpgroup 0 (at the same point; its Q K^T on K0 then
+// runs piece 8 after pieces 0-3 too).
 template <int kPageClass>
-constexpr bool kRope1ByWg0 = kPageClass == 4 || kPageClass == 5;
+constexpr bool kRope1ByWg0 = kPageClass == 0 || kPageClass == 3;
 template <int kPageClass>
-constexpr bool kRope0ByWg0 = kPageClass == 5;
+constexpr bool kRope0ByWg0 = kPageClass == 3;
 
 template <bool kOn>
 __device__ __forceinline__ void load_rope(const DecodeParams &p, unsigned buf, RowRef r, int g,
                                           int wt) {
     if constexpr (kOn)
-        load_pieces<kPieces - 1, kPieces, false, false>(p, buf, 0, row_src(p, g, r), wt);
+        load_pieces<kPieces - 1, kPieces, false>(p, buf, 0, row_src(p, g, r), wt);
 }
 
 // TMA reads whole boxes: zeroes the V rows [valid, 64) (pieces 0-7) of the tile in buf, which
