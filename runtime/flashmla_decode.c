@@ -4,7 +4,6 @@
  * sm_90a runs for 16-bit KV). */
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -33,10 +32,9 @@ static mla_status build_decode(const mla__spec *spec, const char *kernel, long l
     MLA_ARG_CHECK(kv >= 0 && kv <= max_kv, "%s: kv_dtype: expected %s, got %lld", spec->kernel,
                   max_kv == MLA__FLASHMLA_KV_FP8 ? "0 (bfloat16), 1 (float16) or 2 (float8_e4m3fn)"
                                                  : "0 (bfloat16) or 1 (float16)", kv);
-    const long long max_pc = max_kv == MLA__FLASHMLA_KV_FP8 ? 1 : 3; /* EXPERIMENT: 2, 3 */
-    MLA_ARG_CHECK(pc >= 0 && pc <= max_pc, "%s: page_class: expected 0 (any page size) or 1 (%s), "
-                  "got %lld", spec->kernel, max_kv == MLA__FLASHMLA_KV_FP8
-                  ? "page size a multiple of 64" : "TMA loads, page size a multiple of 8", pc);
+    MLA_ARG_CHECK(pc == 0 || pc == 1, "%s: page_class: expected 0 (any page size) or 1 (%s), got "
+                  "%lld", spec->kernel, max_kv == MLA__FLASHMLA_KV_FP8 ? "page size a multiple of 64"
+                  : "TMA loads, page size a multiple of 8", pc);
     MLA_ARG_CHECK(c == 0 || c == 1, "%s: causal: expected 0 or 1, got %lld", spec->kernel, c);
     int n = snprintf(name_expr, size, "mla::flashmla::%s<%lld, %lld, %s>", kernel, kv, pc,
                      c ? "true" : "false");
@@ -393,11 +391,6 @@ static mla_status launch_decode(mla_runtime *rt, const mla__flashmla_decode_para
     CUtensorMap map;
     memset(&map, 0, sizeof map);
     if (sm90 && page_class == 1 && !encode_k_tma(rt, p, d, &map)) page_class = 0;
-    /* EXPERIMENT (temporary, not for merge): $MLAJIT_DENSE_PC "main" / "rope2" run page class
-     * 0's pages on main's copies (page class 2) / both RoPE pieces by warpgroup 0 (3). */
-    const char *xpc = getenv("MLAJIT_DENSE_PC");
-    if (sm90 && xpc && page_class == 0 && !strcmp(xpc, "main")) page_class = 2;
-    if (sm90 && xpc && page_class == 0 && !strcmp(xpc, "rope2")) page_class = 3;
     const long long values[] = {d->kv, page_class, d->causal};
     const mla__kernel *k = NULL;
     MLA_FORWARD_IF_ERROR(get_kernel(rt, kind, names, values, 3, &k));

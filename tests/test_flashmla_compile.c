@@ -114,7 +114,7 @@ static bad_spec bad[] = {
     {"flashmla_decode", 2, {"kv_dtype", "page_class", ""}, {0, 0, 0}, "3 parameters"},
     {"flashmla_decode", 3, {"kv_dtype", "causal", "page_class"}, {0, 0, 0}, "page_class"},
     {"flashmla_decode_sm90", 3, {"kv_dtype", "page_class", "causal"}, {2, 0, 0}, "kv_dtype"},
-    {"flashmla_decode_sm90", 3, {"kv_dtype", "page_class", "causal"}, {0, 4, 0}, "page_class"},
+    {"flashmla_decode_sm90", 3, {"kv_dtype", "page_class", "causal"}, {0, 2, 0}, "page_class"},
     {"flashmla_decode_sm90", 3, {"kv_dtype", "page_class", "causal"}, {0, 0, 2}, "causal"},
     {"flashmla_combine", 1, {"out_dtype", "", ""}, {2, 0, 0}, "out_dtype"},
     {"flashmla_combine", 0, {"", "", ""}, {0, 0, 0}, "out_dtype"},

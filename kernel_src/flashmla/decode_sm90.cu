@@ -24,8 +24,10 @@
 // maxima; P0, P1: the P tiles; P0_FREE: sP0 read). A buffer's column pieces are refilled as soon
 // as their last reader is done: K0 pieces 0-3 (V0_L) by warpgroup 0 after O_L += P0 V0_L, pieces
 // 4-8 by warpgroup 1 after O_R += sP0 V0_R; K1 pieces 0-3 by warpgroup 0 after O_L += sP1 V1_L,
-// pieces 4-8 by warpgroup 1 after O_R += P1 V1_R. Each warpgroup's share of a tile (pieces 0-3,
-// 4-8) completes one mbarrier; the QK product waits for pieces 0-3, then for 4-8. Page class 1
+// pieces 4-8 by warpgroup 1 after O_R += P1 V1_R (page class 0: K1's piece 8 by warpgroup 0 once
+// M1 shows warpgroup 1's Q K^T done, completing with pieces 0-3; kRope1ByWg0). Each warpgroup's
+// share of a tile completes one mbarrier; the QK product waits for pieces 0-3, then for 4-8
+// (page class 0's K1: pieces 0-3 and 8, then 4-7). Page class 1
 // loads by TMA in boxes of R = min(largest power of two dividing page_size, 64) rows (8 <= R, so
 // that a box starts on a 1024-byte swizzle atom): the threads wt = 2 k R of a warpgroup (which
 // fetched row k R) issue the boxes of rows [k R, k R + R) of the group's pieces, thread 0 posts
@@ -278,13 +280,8 @@ __device__ __forceinline__ void load_tile(const DecodeParams &p, const TmaDesc &
 // 0-3 mbarrier later (an arrival counts all the thread's earlier copies); warpgroup 1's share of
 // K1 is then pieces 4-7, so that the refill right before its next Q K^T is 16 copies, not 20, and
 // that Q K^T runs piece 8 right after pieces 0-3, before it waits for 4-7.
-// EXPERIMENT (temporary): page class 2 is main's page class 0 (warpgroup 1 copies K1's piece 8);
-// page class 3 also moves K0's piece 8 to warpgroup 0 (at the same point; its Q K^T on K0 then
-// runs piece 8 after pieces 0-3 too).
 template <int kPageClass>
-constexpr bool kRope1ByWg0 = kPageClass == 0 || kPageClass == 3;
-template <int kPageClass>
-constexpr bool kRope0ByWg0 = kPageClass == 3;
+constexpr bool kRope1ByWg0 = kPageClass == 0;
 
 template <bool kOn>
 __device__ __forceinline__ void load_rope(const DecodeParams &p, unsigned buf, RowRef r, int g,
@@ -682,15 +679,13 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
         const RowRef ra = fetch_row<kPageClass>(p, req, t_begin, t_stop, wt);
         const RowRef rb = fetch_row<kPageClass>(p, req, t_begin + kBlockN, t_stop, wt);
         if (wg == 0) {
-            load_rope<kRope0ByWg0<kPageClass>>(p, k0, ra, g, wt);
             load_tile<0, kVPieces, kPageClass>(p, tk, k0, bar0, ra, g, wt);
             if (n_tiles > 1) {
                 load_rope<kRope1ByWg0<kPageClass>>(p, k1, rb, g, wt);
                 load_tile<0, kVPieces, kPageClass>(p, tk, k1, bar1, rb, g, wt);
             }
         } else {
-            load_tile<kVPieces, kPieces - kRope0ByWg0<kPageClass>, kPageClass>(p, tk, k0, bar0, ra,
-                                                                              g, wt);
+            load_tile<kVPieces, kPieces, kPageClass>(p, tk, k0, bar0, ra, g, wt);
             if (n_tiles > 1)
                 load_tile<kVPieces, kPieces - kRope1ByWg0<kPageClass>, kPageClass>(p, tk, k1, bar1,
                                                                                   rb, g, wt);
@@ -699,8 +694,7 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
     if (q_pending) wait_q(), q_pending = false;
     if (n_tiles > 0) {
         if (wg == 0) {
-            qk_tile<kF16, kPageClass != 1, kRope0ByWg0<kPageClass>>(s, q8, q, k0, bar0,
-                                                                    phase[0]);
+            qk_tile<kF16, kPageClass != 1>(s, q8, q, k0, bar0, phase[0]);
             phase[0] ^= 1;
         } else if (n_tiles > 1) {
             qk_tile<kF16, kPageClass != 1, kRope1ByWg0<kPageClass>>(s, q8, q, k1, bar1, phase[1]);
@@ -748,8 +742,8 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
                 load_q_pieces<0, kVPieces, kWgThreads>(p, q, nx->req, g, m, rows, wt);
                 cp_async_commit();
             }
-            if (load_a) load_rope<kRope0ByWg0<kPageClass>>(p, k0, na, g, wt);  // own Q K^T done
-            if (load_b) load_rope<kRope1ByWg0<kPageClass>>(p, k1, nb, g, wt);  // read (M1)
+            if (load_b)  // K1's piece 8 read by warpgroup 1's Q K^T (M1)
+                load_rope<kRope1ByWg0<kPageClass>>(p, k1, nb, g, wt);
             pair_wg0_beta(st, f, m_a, sm1, r0);
             wgmma_wait_group<0>();
             reg_fence(o);
@@ -760,8 +754,7 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
             if (load_b)  // V1_L consumed (or K1 unused in this pair)
                 load_tile<0, kVPieces, kPageClass>(p, tk, k1, bar1, nb, g, wt);
             if (next_a) {
-                qk_tile<kF16, kPageClass != 1, kRope0ByWg0<kPageClass>>(s, q8, q, k0, bar0,
-                                                                    phase[0]);
+                qk_tile<kF16, kPageClass != 1>(s, q8, q, k0, bar0, phase[0]);
                 phase[0] ^= 1;
             }
         } else {
@@ -783,8 +776,7 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
             pv_remote<kF16>(o, kBarP0, base + kSmemP0, k0, 1);  // V0_R: K0 pieces 4-7
             if (next_a) named_barrier_arrive(kBarP0Free, 2 * kWgThreads);
             if (load_a)  // V0_R read
-                load_tile<kVPieces, kPieces - kRope0ByWg0<kPageClass>, kPageClass>(p, tk, k0, bar0,
-                                                                                  na, g, wt);
+                load_tile<kVPieces, kPieces, kPageClass>(p, tk, k0, bar0, na, g, wt);
             pair_wg1_beta(st, o, f, m_a, m_b, l_b);
             if (has_b) pv_rs_wait<kF16>(o, pa, k1, 1);
             if (load_b)  // V1_R consumed (or K1 unused in this pair)
