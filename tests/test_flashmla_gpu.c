@@ -195,11 +195,13 @@ static void metadata_case(mla_runtime *rt, mlt_rng *r, int b, int parts, int mod
                   CUDA_SUCCESS && mlt_download(rt, splits, ds, (size_t)(b + 1) * 4) == CUDA_SUCCESS,
               "metadata b %d P %d mode %d: download", b, parts, mode);
     char msg[256];
-    long long cap = mode == 1 ? max_splits : (long long)b + parts - 1;
+    /* batch-invariant chunks (mode 1, and mode 2 when they fit) may use all max_splits slots;
+     * the normal split at most b + P - 1 */
+    int want_cu = mode == 1 || (mode == 2 && need <= max_splits) ? 4 : 0;
+    long long cap = want_cu ? max_splits : (long long)b + parts - 1;
     cr_assert(!check_schedule(rec, parts, splits, len, b, cap, msg, sizeof msg),
               "metadata b %d P %d mode %d seed %llu: %s", b, parts, mode,
               (unsigned long long)r->seed, msg);
-    int want_cu = mode == 1 || (mode == 2 && need <= max_splits) ? 4 : 0;
     for (int p = 0; p < parts; p++)
         cr_assert(rec[8 * p + 2] == -1 || rec[8 * p + 5] == want_cu, "metadata b %d P %d mode %d "
                   "seed %llu: part %d has chunk_units %d, expected %d", b, parts, mode,

@@ -24,8 +24,10 @@
 // maxima; P0, P1: the P tiles; P0_FREE: sP0 read). A buffer's column pieces are refilled as soon
 // as their last reader is done: K0 pieces 0-3 (V0_L) by warpgroup 0 after O_L += P0 V0_L, pieces
 // 4-8 by warpgroup 1 after O_R += sP0 V0_R; K1 pieces 0-3 by warpgroup 0 after O_L += sP1 V1_L,
-// pieces 4-8 by warpgroup 1 after O_R += P1 V1_R. Each warpgroup's share of a tile (pieces 0-3,
-// 4-8) completes one mbarrier; the QK product waits for pieces 0-3, then for 4-8. Page class 1
+// pieces 4-8 by warpgroup 1 after O_R += P1 V1_R (page class 0: K1's piece 8 by warpgroup 0 once
+// M1 shows warpgroup 1's Q K^T done, completing with pieces 0-3; kRope1ByWg0). Each warpgroup's
+// share of a tile completes one mbarrier; the QK product waits for pieces 0-3, then for 4-8
+// (page class 0's K1: pieces 0-3 and 8, then 4-7). Page class 1
 // loads by TMA in boxes of R = min(largest power of two dividing page_size, 64) rows (8 <= R, so
 // that a box starts on a 1024-byte swizzle atom): the threads wt = 2 k R of a warpgroup (which
 // fetched row k R) issue the boxes of rows [k R, k R + R) of the group's pieces, thread 0 posts
@@ -238,11 +240,11 @@ __device__ __forceinline__ const unsigned char *row_src(const DecodeParams &p, i
 }
 
 // cp.async of pieces [kLo, kHi) (0-3 or 4-8) of one tile by the 128 threads of a warpgroup,
-// arriving on the group's mbarrier (bars: pieces 0-3, bars + 8: pieces 4-8). Warp w copies its
-// rows [16 w, 16 w + 16): per instruction 4 rows x 8 chunks, whole 128-byte lines. Thread wt
-// computed the source of row wt / 2 (src, null: zero fill), which the copying lanes read by
-// shuffle.
-template <int kLo, int kHi>
+// arriving on the group's mbarrier (bars: pieces 0-3, bars + 8: pieces 4-8; kArrive false: no
+// arrival, a later one of the same threads counts these copies). Warp w copies its rows
+// [16 w, 16 w + 16): per instruction 4 rows x 8 chunks, whole 128-byte lines. Thread wt computed
+// the source of row wt / 2 (src, null: zero fill), which the copying lanes read by shuffle.
+template <int kLo, int kHi, bool kArrive = true>
 __device__ __forceinline__ void load_pieces(const DecodeParams &p, unsigned buf, unsigned bars,
                                             const unsigned char *src, int wt) {
     const int lane = wt & 31, ch = lane & 7;
@@ -265,7 +267,7 @@ __device__ __forceinline__ void load_pieces(const DecodeParams &p, unsigned buf,
             cp_async_16(buf + pc * kPieceBytes + r[i] * 128 + ((ch ^ (r[i] & 7)) << 4), g, valid);
         }
     }
-    cp_async_mbarrier_arrive_noinc(bars + (kLo == 0 ? 0 : 8));
+    if constexpr (kArrive) cp_async_mbarrier_arrive_noinc(bars + (kLo == 0 ? 0 : 8));
 }
 
 // The TMA descriptor of k_cache (page class 1), a kernel parameter: runtime/flashmla_decode.c
@@ -303,6 +305,21 @@ __device__ __forceinline__ void load_tile(const DecodeParams &p, const TmaDesc &
     }
 }
 
+// Page class 0: K1's piece 8 (RoPE, read only by warpgroup 1's Q K^T) is copied by warpgroup 0
+// as soon as M1 shows that Q K^T done, its arrival being the one warpgroup 0 makes on K1's pieces
+// 0-3 mbarrier later (an arrival counts all the thread's earlier copies); warpgroup 1's share of
+// K1 is then pieces 4-7, so that the refill right before its next Q K^T is 16 copies, not 20, and
+// that Q K^T runs piece 8 right after pieces 0-3, before it waits for 4-7.
+template <int kPageClass>
+constexpr bool kRope1ByWg0 = kPageClass == 0;
+
+template <bool kOn>
+__device__ __forceinline__ void load_rope(const DecodeParams &p, unsigned buf, RowRef r, int g,
+                                          int wt) {
+    if constexpr (kOn)
+        load_pieces<kPieces - 1, kPieces, false>(p, buf, 0, row_src(p, g, r), wt);
+}
+
 // TMA reads whole boxes: zeroes the V rows [valid, 64) (pieces 0-7) of the tile in buf, which
 // may hold anything (0 P times NaN V would poison O), then makes the zeros visible to wgmma and
 // to the other threads of the warpgroup (named barrier 6 + wg).
@@ -330,7 +347,19 @@ __device__ __forceinline__ void opaque(unsigned long long &v) { asm volatile("" 
 // for each group's mbarrier (phase `parity`) before its products; returns with S complete.
 // Descriptors: the start address field is bits 0-13 of (address >> 4), so an offset below
 // 256 KiB is added to a descriptor as offset >> 4.
-template <bool kF16, bool kGenericLoads>
+// The 4 products of Q K^T on piece 8, Q from registers (q8), K from the tile of descriptor kd0.
+template <bool kF16>
+__device__ __forceinline__ void qk_rope(float (&s)[8][4], const unsigned (&q8)[4][4],
+                                        unsigned long long kd0) {
+    unsigned long long kd = kd0;
+    opaque(kd);
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        wgmma_m64n64k16_rs<kF16, 0>(s, q8[k], kd + (((kPieces - 1) * kPieceBytes + k * 32) >> 4),
+                                    1);
+}
+
+template <bool kF16, bool kGenericLoads, bool kRopeFirst = false>
 __device__ __forceinline__ void qk_tile(float (&s)[8][4], const unsigned (&q8)[4][4], unsigned q,
                                         unsigned buf, unsigned bars, unsigned parity) {
     const unsigned long long qd0 = wgmma_desc_sw128(q, 16, 1024);
@@ -338,6 +367,7 @@ __device__ __forceinline__ void qk_tile(float (&s)[8][4], const unsigned (&q8)[4
     wgmma_fence();
 #pragma unroll
     for (int pc = 0; pc < kPieces - 1; pc++) {
+        if (kRopeFirst && pc == kVPieces) qk_rope<kF16>(s, q8, kd0);  // piece 8 came with 0-3
         if (pc == 0 || pc == kVPieces) {
             mbarrier_wait_parity(bars + (pc == 0 ? 0 : 8), parity);
             if (kGenericLoads) fence_proxy_async_shared();  // cp.async data, seen via the mbarrier
@@ -350,12 +380,7 @@ __device__ __forceinline__ void qk_tile(float (&s)[8][4], const unsigned (&q8)[4
             wgmma_m64n64k16_ss<kF16, 0>(s, qd + off, kd + off, pc + k > 0);
         }
     }
-    unsigned long long kd = kd0;
-    opaque(kd);
-#pragma unroll
-    for (int k = 0; k < 4; k++)
-        wgmma_m64n64k16_rs<kF16, 0>(s, q8[k], kd + (((kPieces - 1) * kPieceBytes + k * 32) >> 4),
-                                    1);
+    if (!kRopeFirst) qk_rope<kF16>(s, q8, kd0);
     wgmma_commit_group();
     wgmma_wait_group<0>();
     reg_fence(s);
@@ -679,11 +704,15 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
         const RowRef rb = fetch_row<kPageClass>(p, req, t_begin + kBlockN, t_stop, wt);
         if (wg == 0) {
             load_tile<0, kVPieces, kPageClass>(p, tk, k0, bar0, ra, g, wt);
-            if (n_tiles > 1) load_tile<0, kVPieces, kPageClass>(p, tk, k1, bar1, rb, g, wt);
+            if (n_tiles > 1) {
+                load_rope<kRope1ByWg0<kPageClass>>(p, k1, rb, g, wt);
+                load_tile<0, kVPieces, kPageClass>(p, tk, k1, bar1, rb, g, wt);
+            }
         } else {
             load_tile<kVPieces, kPieces, kPageClass>(p, tk, k0, bar0, ra, g, wt);
             if (n_tiles > 1)
-                load_tile<kVPieces, kPieces, kPageClass>(p, tk, k1, bar1, rb, g, wt);
+                load_tile<kVPieces, kPieces - kRope1ByWg0<kPageClass>, kPageClass>(p, tk, k1, bar1,
+                                                                                  rb, g, wt);
         }
     }
     if (q_pending) wait_q(), q_pending = false;
@@ -692,7 +721,7 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
             qk_tile<kF16, kPageClass != 1>(s, q8, q, k0, bar0, phase[0]);
             phase[0] ^= 1;
         } else if (n_tiles > 1) {
-            qk_tile<kF16, kPageClass != 1>(s, q8, q, k1, bar1, phase[1]);
+            qk_tile<kF16, kPageClass != 1, kRope1ByWg0<kPageClass>>(s, q8, q, k1, bar1, phase[1]);
             phase[1] ^= 1;
         }
     }
@@ -737,6 +766,8 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
                 load_q_pieces<0, kVPieces, kWgThreads>(p, q, nx->req, g, m, rows, wt);
                 cp_async_commit();
             }
+            if (load_b)  // K1's piece 8 read by warpgroup 1's Q K^T (M1)
+                load_rope<kRope1ByWg0<kPageClass>>(p, k1, nb, g, wt);
             pair_wg0_beta(st, f, m_a, sm1, r0);
             wgmma_wait_group<0>();
             reg_fence(o);
@@ -773,9 +804,11 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
             pair_wg1_beta(st, o, f, m_a, m_b, l_b);
             if (has_b) pv_rs_wait<kF16>(o, pa, k1, 1);
             if (load_b)  // V1_R consumed (or K1 unused in this pair)
-                load_tile<kVPieces, kPieces, kPageClass>(p, tk, k1, bar1, nb, g, wt);
+                load_tile<kVPieces, kPieces - kRope1ByWg0<kPageClass>, kPageClass>(p, tk, k1, bar1,
+                                                                                  nb, g, wt);
             if (next_b) {
-                qk_tile<kF16, kPageClass != 1>(s, q8, q, k1, bar1, phase[1]);
+                qk_tile<kF16, kPageClass != 1, kRope1ByWg0<kPageClass>>(s, q8, q, k1, bar1,
+                                                                        phase[1]);
                 phase[1] ^= 1;
             }
         }
@@ -827,7 +860,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(
     const __grid_constant__ DecodeParams p, const __grid_constant__ sm90::TmaDesc tk) {
     static_assert(kKV == 0 || kKV == 1, "the sm_90a decode takes 16-bit KV");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
-    unsigned char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+    unsigned char *smem = align_smem_1024(smem_raw);
     pdl::wait();  // as decode_kernel: the previous kernel is done before anything is read
     pdl::launch_dependents();
     const int part = blockIdx.x, g = blockIdx.y, m = blockIdx.z;

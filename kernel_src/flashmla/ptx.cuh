@@ -14,6 +14,13 @@ __device__ __forceinline__ unsigned smem_addr(const void *p) {
     return (unsigned)__cvta_generic_to_shared(p);
 }
 
+// The first 1024-byte aligned byte at or after p in shared memory: the start of the sm_90a
+// kernels' layouts, whose 128-byte swizzle atoms and TMA boxes begin on 1024-byte boundaries
+// (their kinds allocate 1024 bytes of dynamic shared memory beyond the layout for this).
+__device__ __forceinline__ unsigned char *align_smem_1024(unsigned char *p) {
+    return p + ((1024u - (smem_addr(p) & 1023u)) & 1023u);
+}
+
 // cp.async.cg.shared.global: copies 16 bytes global -> shared, or writes 16 zero bytes (src-size
 // 0: nothing is read) when !valid.
 __device__ __forceinline__ void cp_async_16(unsigned dst, const void *src, bool valid) {
