@@ -311,6 +311,8 @@ struct mla_runtime {
                                       the sm_90a decode_sm90.cu */
     int fakequant_decode_sm90;     /* ... was "sm90": decode_sm90.cu wherever it applies, for every
                                       mode (by default only for mla__fq_sm90_default's modes) */
+    int fakequant_decode_dense;    /* ... was "dense": without quantization the FlashMLA-compatible
+                                      dense decode where it applies (MLA__FQ_DENSE_DEFAULT) */
     int flashmla_sparse_prefetch;  /* $MLAJIT_FLASHMLA_SPARSE_PREFETCH was "1" at create: the
                                       sm_90a sparse kernels prefetch gathered rows to L2 (measured
                                       slower; off by default) */
