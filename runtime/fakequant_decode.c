@@ -404,6 +404,11 @@ size_t mla__fq_decode_ws_bytes(long long b, long long h, int splits, int rank, i
     return dense > fq ? dense : fq;
 }
 
+/* Keys per chunk of the dense path ($MLAJIT_FAKEQUANT_DENSE_CHUNK or MLA__FQ_DENSE_CHUNK). */
+static int dense_chunk(const mla_runtime *rt) {
+    return rt->fakequant_dense_chunk ? rt->fakequant_dense_chunk : MLA__FQ_DENSE_CHUNK;
+}
+
 typedef struct dense_plan {
     int parts;             /* schedule parts (the decode grid's x) */
     long long slots;       /* FlashMLA split slots the workspace holds */
@@ -430,8 +435,8 @@ static int use_dense(const mla_runtime *rt, const mla_attention_decode_args *a, 
     if (d->heads > 2048 || !stride16(a->q, 0) || !stride16(a->q, 1) || mla__data(a->q) % 16 ||
         !stride16(a->out, 0) || !stride16(a->out, 1) || mla__data(a->out) % 16)
         return 0;
-    long long cap = (long long)d->max_blocks * d->page;
-    long long n_max = (cap + MLA__FQ_DENSE_CHUNK - 1) / MLA__FQ_DENSE_CHUNK;
+    long long cap = (long long)d->max_blocks * d->page, chunk = dense_chunk(rt);
+    long long n_max = (cap + chunk - 1) / chunk;
     if (n_max < 1) n_max = 1;
     long long parts = mla__flashmla_num_sm_parts(rt->sm_count, 1, d->heads);
     if (parts > MLA__FQ_DENSE_MAX_PARTS) parts = MLA__FQ_DENSE_MAX_PARTS;
@@ -488,7 +493,7 @@ static mla_status launch_dense(mla_runtime *rt, const mla_attention_decode_args 
     mla_get_metadata_args_init(&m);
     m.cache_seqlens = a->b_seq_len;
     m.num_q_tokens_per_head_k = (int)h, m.num_heads_k = 1;
-    m.split_tokens = MLA__FQ_DENSE_CHUNK, m.max_splits = (int)pl->slots;
+    m.split_tokens = dense_chunk(rt), m.max_splits = (int)pl->slots;
     m.tile_scheduler_metadata = &sched, m.num_splits = &splits;
     MLA_FORWARD_IF_ERROR(mla_get_metadata(rt, &m, stream));
 
