@@ -105,7 +105,7 @@ static inline int mla__fq_sm90_default(int k_qdq, int v_qdq, int p_qdq) {
  * applies it is the default when MLA__FQ_DENSE_DEFAULT is 1, else only with
  * $MLAJIT_FAKEQUANT_DECODE=dense. */
 #define MLA__FQ_DENSE_CHUNK 16384
-#define MLA__FQ_DENSE_DEFAULT 0
+#define MLA__FQ_DENSE_DEFAULT 1
 #define MLA__FQ_DENSE_MAX_PARTS 512
 /* The modes and dtypes the dense path takes: no quantization, q of the cache's dtype (not the
  * fp32 carrier), out in the cache's dtype (out_same). */
