@@ -97,7 +97,8 @@ static inline int mla__fq_mma_cluster(long long k_qdq, long long v_qdq) {
  * unless $MLAJIT_FAKEQUANT_DECODE=sm90): those where it measured faster on the H200
  * (docs/perf-notes.md, "Fake-quant decode on wgmma"). */
 static inline int mla__fq_sm90_default(int k_qdq, int v_qdq, int p_qdq) {
-    return k_qdq != 2 && v_qdq != 2 && p_qdq != 2 && (k_qdq == 0 || v_qdq == 0);
+    return (k_qdq != 2 && v_qdq != 2 && p_qdq != 2 && (k_qdq == 0 || v_qdq == 0)) ||
+           (k_qdq == 0 && v_qdq == 0);   /* P alone, nvfp4 included (tile alternation) */
 }
 /* The dense path (no quantization; runtime/fakequant_decode.c use_dense): the FlashMLA-compatible
  * decode (mla_get_metadata in its batch-invariant mode with chunks of MLA__FQ_DENSE_CHUNK keys,

@@ -799,16 +799,20 @@ __global__ void __launch_bounds__(sm90dec::kThreads, 1) decode_sm90_kernel(
                 mmadec::q_chunk<kF16>(p, b, h0 + r, c, inexact);
         }
     }
-    // The RoPE part as A fragments: K quantized (feature split) warpgroup w's two k16 steps, else
-    // (tile alternation) all four.
-    constexpr int kQ8 = kK == kNone ? 4 : 2;
+    // The structure: tile alternation (run_pairs) with K and V unquantized, else the feature split
+    // (run_chunk; with V quantized it measured faster than the alternation, which quantizes each
+    // V tile in both warpgroups: docs/perf-notes.md, sixth session).
+    constexpr bool kAlt = kK == kNone && kV == kNone;
+    // The RoPE part as A fragments: feature split warpgroup w's two k16 steps, tile alternation all
+    // four.
+    constexpr int kQ8 = kAlt ? 4 : 2;
     unsigned q8[kQ8][4];
     {
         const int w = tid >> 7, wi = (tid >> 5) & 3, lane = tid & 31;
         const int ra = wi * 16 + (lane >> 2), fb = (lane & 3) * 2;
 #pragma unroll
         for (int j = 0; j < kQ8; j++) {
-            const int f = (kK == kNone ? 32 + j : kstep_of(w, 16 + j)) * 16 + fb;
+            const int f = (kAlt ? 32 + j : kstep_of(w, 16 + j)) * 16 + fb;
             q8[j][0] = mmadec::q_pair<kF16>(p, b, h0 + ra, f, inexact);
             q8[j][1] = mmadec::q_pair<kF16>(p, b, h0 + ra + 8, f, inexact);
             q8[j][2] = mmadec::q_pair<kF16>(p, b, h0 + ra, f + 8, inexact);
@@ -817,7 +821,7 @@ __global__ void __launch_bounds__(sm90dec::kThreads, 1) decode_sm90_kernel(
     }
     fence_proxy_async_shared();
     const bool need_lo = __syncthreads_or(inexact) != 0;
-    if constexpr (kK == kNone)
+    if constexpr (kAlt)
         run_pairs<kF16, kV, kP>(p, tk, smem, q8, s, t_begin, n, tps, b, h0, chunk, need_lo);
     else
         run_chunk<kF16, kK, kV, kP>(p, tk, smem, q8, s, t_begin, n, tps, b, h0, chunk, need_lo);
