@@ -19,8 +19,9 @@
 // num_blocks), boxes of 64 columns x R rows, R = min(largest power of two dividing page_size, 32),
 // 128-byte swizzle).
 //
-// CTA: 64 heads of one request and chunk (grid: head blocks, slots, batch), two warpgroups; each
-// computes a *partial* S of the whole 64 x 32 tile over half of the 576 features (warpgroup w:
+// CTA: 64 heads of one request and chunk (grid: head blocks, slots, batch), two warpgroups. With K
+// and V unquantized they take alternate tiles (run_pairs, below); with K or V quantized (the
+// feature split, run_chunk) each computes a *partial* S of the whole 64 x 32 tile over half of the 576 features (warpgroup w:
 // features [256 w, +256) with Q from shared memory, and [512 + 32 w, +32) of the RoPE part with
 // Q from registers: 18 wgmma.m64n32k16, K from shared memory), the two partials are exchanged
 // through shared memory and summed in the same order by both, so both hold the same S and run the
@@ -591,7 +592,7 @@ __device__ __forceinline__ void run_chunk(const MmaDecodeParams &p, const TmaDes
     store_partial(p, o, rs.E, l, b, h0, chunk, w, wi, lane);
 }
 
-// K not quantized: tile alternation. Pair j holds tiles a = 2 j (warpgroup 0) and b = 2 j + 1
+// K and V not quantized (the kernel's kAlt): tile alternation. Pair j holds tiles a = 2 j (warpgroup 0) and b = 2 j + 1
 // (warpgroup 1); each warpgroup computes the full S of its own tile (issue_qk; q8 the 4 RoPE
 // k16 steps), publishes its row maxima, computes p, its row sums and the P codes of its own tile
 // (into a 64 x 64 128-byte-swizzled P tile in shared memory, keys 0-31 used), and O_w = (O_w f_a
