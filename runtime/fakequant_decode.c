@@ -4,12 +4,17 @@
  * sm_90a where it applies: rank 512, rope 64, 16-byte cache rows, page % 8 == 0; forced off by
  * $MLAJIT_FAKEQUANT_DECODE=mma), decode_mma.cu (mma.sync, cc 9.0 and later, same shapes, any
  * page; chunks of splits per CTA) and decode.cu (exact fp32 FMA, every shape; forced by
- * $MLAJIT_FAKEQUANT_DECODE=fp32), then decode.cu's combine. */
+ * $MLAJIT_FAKEQUANT_DECODE=fp32), then decode.cu's combine. Without quantization on sm_90a
+ * (use_dense) the call can run the FlashMLA-compatible dense decode instead, through its public
+ * functions (mla_get_metadata in the batch-invariant mode, mla_flash_with_kvcache) over views of
+ * the same tensors and of the workspace, then decode.cu's lse fix. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "mlajit/flashmla.h"
 #include "runtime/fakequant_kinds.h"
+#include "runtime/flashmla_kinds.h"
 #include "runtime/internal.h"
 
 #define LOG2E 1.4426950408889634
@@ -173,7 +178,7 @@ static mla_status check_outputs(const mla_runtime *rt, const mla_attention_decod
     MLA_FORWARD_IF_ERROR(mla__check_tensor(rt, ws, "workspace", MLA_DT_UINT8, 1));
     MLA_FORWARD_IF_ERROR(mla__check_contiguous(ws, "workspace"));
     MLA_FORWARD_IF_ERROR(mla__check_align(ws, "workspace", MLA__FQ_WS_ALIGN));
-    size_t need = mla__fq_ws_bytes((long long)d->batch * d->heads * d->splits, d->rank);
+    size_t need = mla__fq_decode_ws_bytes(d->batch, d->heads, d->splits, d->rank, d->rope);
     MLA_ARG_CHECK((size_t)ws->shape[0] >= need, "workspace: expected at least %zu bytes, got %lld",
                   need, (long long)ws->shape[0]);
     return MLA_OK;
@@ -188,7 +193,7 @@ mla_status mla_attention_decode_shape(const mla_attention_decode_args *args,
     long long b = args->q->shape[0], h = args->q->shape[1];
     sizes->out[0] = b, sizes->out[1] = h, sizes->out[2] = d.rank;
     sizes->lse[0] = b, sizes->lse[1] = h;
-    sizes->workspace_bytes = mla__fq_ws_bytes(b * h * d.splits, d.rank);
+    sizes->workspace_bytes = mla__fq_decode_ws_bytes(b, h, d.splits, d.rank, d.rope);
     return MLA_OK;
 }
 
@@ -370,6 +375,148 @@ static mla_status launch_combine(mla_runtime *rt, const mla_attention_decode_arg
     return mla__launch(rt, k, (unsigned)d->batch, hb, 1, stream, args);
 }
 
+/* ---- The dense path: no quantization on the FlashMLA-compatible decode ------------------------
+ * Without K, V or P quantization the work is the dense bf16/fp16 MLA decode, and the spec's split
+ * schedule is not part of the numerics (§2.4: only P quantization depends on it); P enters P V
+ * rounded once to the cache dtype (upstream's p.to(v.dtype) @ v, as decode_sm90.cu does), the row
+ * sum takes the fp32 p. So the call runs mla_get_metadata + mla_flash_with_kvcache (on sm_90a
+ * flashmla/decode_sm90.cu: 64-key tiles, the two warpgroups on alternate tiles, then its combine)
+ * unchanged, over 4-D views of q, the cache, out and lse. Its running max restarts at each chunk
+ * of a request, which decides where P is rounded; the schedule is FlashMLA's batch-invariant
+ * mode with chunks of MLA__FQ_DENSE_CHUNK keys of the request's own, so the chunks, and the
+ * result bit for bit, depend on the request's length only: not on num_kv_splits, the page size or
+ * the batch (a request of at most MLA__FQ_DENSE_CHUNK keys is one chunk, written directly). The
+ * lse of a request without keys is FlashMLA's +inf; decode.cu's lse fix makes it -inf after.
+ * Workspace: [schedule: parts x 8 int32 | num_splits: batch + 1 int32 | lse scratch (return_lse
+ * 0): batch x heads float32 | FlashMLA split slots], each part 256-byte aligned. */
+
+static size_t align256(size_t x) { return (x + 255) / 256 * 256; }
+
+static size_t dense_head_bytes(long long b, long long h, long long parts) {
+    return align256((size_t)parts * 32) + align256((size_t)(b + 1) * 4) + align256((size_t)(b * h) * 4);
+}
+
+size_t mla__fq_decode_ws_bytes(long long b, long long h, int splits, int rank, int rope) {
+    size_t fq = mla__fq_ws_bytes(b * h * splits, rank);
+    if (rank != MLA_FLASHMLA_HEAD_DIM_V || rank + rope != MLA_FLASHMLA_HEAD_DIM) return fq;
+    size_t dense = dense_head_bytes(b, h, MLA__FQ_DENSE_MAX_PARTS) +
+                   mla__flashmla_ws_bytes(h, b * ((long long)splits + 1));
+    return dense > fq ? dense : fq;
+}
+
+/* Keys per chunk of the dense path ($MLAJIT_FAKEQUANT_DENSE_CHUNK or MLA__FQ_DENSE_CHUNK). */
+static int dense_chunk(const mla_runtime *rt) {
+    return rt->fakequant_dense_chunk ? rt->fakequant_dense_chunk : MLA__FQ_DENSE_CHUNK;
+}
+
+typedef struct dense_plan {
+    int parts;             /* schedule parts (the decode grid's x) */
+    long long slots;       /* FlashMLA split slots the workspace holds */
+    size_t head;           /* bytes before the FlashMLA workspace */
+} dense_plan;
+
+static int stride16(const DLTensor *t, int dim) {
+    return t->shape[dim] <= 1 || (mla__stride(t, dim) * 2) % 16 == 0;
+}
+
+/* The dense path applies: chosen ($MLAJIT_FAKEQUANT_DECODE=dense, or by default with
+ * MLA__FQ_DENSE_DEFAULT unless another kernel is forced), no quantization with a 16-bit q and
+ * out of the cache's dtype, on a runtime for sm_90a that runs flashmla_decode_sm90, the latent
+ * shape and 16-byte rows of use_mma, q and out strides of 16 bytes, heads <= 2048, and a
+ * workspace that holds every chunk of the longest request the block table can hold. */
+static int use_dense(const mla_runtime *rt, const mla_attention_decode_args *a, const dims *d,
+                     dense_plan *pl) {
+    const int forced_other = rt->fakequant_decode_sm90 || rt->fakequant_decode_mma ||
+                             rt->fakequant_decode_fp32;
+    if (!(rt->fakequant_decode_dense || (MLA__FQ_DENSE_DEFAULT && !forced_other))) return 0;
+    const mla__kernel_kind *k = mla__kernel_kind_find("flashmla_decode_sm90");
+    if (!k || strcmp(rt->arch, k->only_arch) || rt->flashmla_decode_portable) return 0;
+    if (!mla__fq_dense_modes(a->k_qdq, a->v_qdq, a->p_qdq, d->q_fp32, d->out == d->cache)) return 0;
+    if (d->heads > 2048 || !stride16(a->q, 0) || !stride16(a->q, 1) || mla__data(a->q) % 16 ||
+        !stride16(a->out, 0) || !stride16(a->out, 1) || mla__data(a->out) % 16)
+        return 0;
+    long long cap = (long long)d->max_blocks * d->page, chunk = dense_chunk(rt);
+    long long n_max = (cap + chunk - 1) / chunk;
+    if (n_max < 1) n_max = 1;
+    long long parts = mla__flashmla_num_sm_parts(rt->sm_count, 1, d->heads);
+    if (parts > MLA__FQ_DENSE_MAX_PARTS) parts = MLA__FQ_DENSE_MAX_PARTS;
+    if (parts > d->batch * n_max) parts = d->batch * n_max;
+    size_t head = dense_head_bytes(d->batch, d->heads, parts), bytes = (size_t)a->workspace->shape[0];
+    if (bytes < head) return 0;
+    long long slots = mla__flashmla_ws_slots(d->heads, bytes - head);
+    long long need = d->batch * n_max > d->batch + parts ? d->batch * n_max : d->batch + parts;
+    if (slots < need) return 0;
+    pl->parts = (int)parts, pl->slots = slots > 0x7fffffff ? 0x7fffffff : slots, pl->head = head;
+    return 1;
+}
+
+/* A view of a strided tensor with new shape and strides (elements), same data and dtype. */
+static void view(DLTensor *v, const DLTensor *t, int ndim, int64_t *shape, int64_t *strides) {
+    *v = *t;
+    v->ndim = ndim, v->shape = shape, v->strides = strides;
+}
+
+/* A contiguous view of workspace bytes at offset off. */
+static void ws_view(DLTensor *v, const DLTensor *ws, size_t off, DLDataType dt, int ndim,
+                    int64_t *shape) {
+    memset(v, 0, sizeof *v);
+    v->data = (void *)(uintptr_t)(mla__data(ws) + off);
+    v->device = ws->device, v->ndim = ndim, v->dtype = dt, v->shape = shape;
+}
+
+static mla_status launch_dense(mla_runtime *rt, const mla_attention_decode_args *a,
+                               const dims *d, const dense_plan *pl, CUstream stream) {
+    const DLDataType i32 = {kDLInt, 32, 1}, f32 = {kDLFloat, 32, 1}, u8 = {kDLUInt, 8, 1};
+    const long long b = d->batch, h = d->heads;
+    const DLTensor *c = a->latent_cache;
+    int64_t qs[4] = {b, 1, h, MLA_FLASHMLA_HEAD_DIM};
+    int64_t qst[4] = {mla__stride(a->q, 0), mla__stride(a->q, 0), mla__stride(a->q, 1), 1};
+    int64_t cs[4] = {c->shape[0], c->shape[1], 1, MLA_FLASHMLA_HEAD_DIM};
+    int64_t cst[4] = {mla__stride(c, 0), mla__stride(c, 1), MLA_FLASHMLA_HEAD_DIM, 1};
+    int64_t os[4] = {b, 1, h, MLA_FLASHMLA_HEAD_DIM_V};
+    int64_t ost[4] = {mla__stride(a->out, 0), mla__stride(a->out, 0), mla__stride(a->out, 1), 1};
+    int64_t ls[3] = {b, h, 1}, sched_s[2] = {pl->parts, 8}, split_s[1] = {b + 1};
+    size_t sched_off = 0, split_off = align256((size_t)pl->parts * 32);
+    size_t lse_off = split_off + align256((size_t)(b + 1) * 4);
+    int64_t fl_s[1] = {(int64_t)(a->workspace->shape[0] - pl->head)};
+    DLTensor q4, c4, o4, l3, sched, splits, fl;
+    view(&q4, a->q, 4, qs, qst);
+    view(&c4, c, 4, cs, cst);
+    view(&o4, a->out, 4, os, ost);
+    if (a->return_lse) view(&l3, a->lse, 3, ls, NULL);
+    else ws_view(&l3, a->workspace, lse_off, f32, 3, ls);
+    ws_view(&sched, a->workspace, sched_off, i32, 2, sched_s);
+    ws_view(&splits, a->workspace, split_off, i32, 1, split_s);
+    ws_view(&fl, a->workspace, pl->head, u8, 1, fl_s);
+
+    mla_get_metadata_args m;
+    mla_get_metadata_args_init(&m);
+    m.cache_seqlens = a->b_seq_len;
+    m.num_q_tokens_per_head_k = (int)h, m.num_heads_k = 1;
+    m.split_tokens = dense_chunk(rt), m.max_splits = (int)pl->slots;
+    m.tile_scheduler_metadata = &sched, m.num_splits = &splits;
+    MLA_FORWARD_IF_ERROR(mla_get_metadata(rt, &m, stream));
+
+    mla_flash_with_kvcache_args f;
+    mla_flash_with_kvcache_args_init(&f);
+    f.q = &q4, f.k_cache = &c4, f.block_table = a->block_table, f.cache_seqlens = a->b_seq_len;
+    f.tile_scheduler_metadata = &sched, f.num_splits = &splits;
+    f.softmax_scale = a->softmax_scale, f.causal = 0;
+    f.out = &o4, f.softmax_lse = &l3, f.workspace = &fl;
+    MLA_FORWARD_IF_ERROR(mla_flash_with_kvcache(rt, &f, stream));
+    if (!a->return_lse) return MLA_OK;
+
+    mla__fq_lse_fix_params p = {.seq_len = mla__data(a->b_seq_len), .lse = mla__data(a->lse),
+                                .batch = d->batch, .heads = d->heads};
+    mla__spec spec;
+    mla__spec_init(&spec, "fakequant_decode_lse_fix");
+    const mla__kernel *k = NULL;
+    MLA_FORWARD_IF_ERROR(mla__get_kernel(rt, &spec, &k));
+    void *args[] = {&p};
+    /* a programmatic dependent of the combine: it waits for it (griddepcontrol.wait) */
+    return mla__launch_pdl(rt, k, (unsigned)d->batch, 1, 1, stream, args);
+}
+
 mla_status mla_attention_decode(mla_runtime *runtime, const mla_attention_decode_args *args,
                                 CUstream stream) {
     MLA_ARG_CHECK(runtime != NULL, "runtime: expected a runtime, got NULL");
@@ -380,6 +527,8 @@ mla_status mla_attention_decode(mla_runtime *runtime, const mla_attention_decode
     MLA_FORWARD_IF_ERROR(check_outputs(runtime, args, &d));
     MLA_FORWARD_IF_ERROR(mla__runtime_enter(runtime));
     if (use_mma(runtime, args, &d)) {
+        dense_plan pl;
+        if (use_dense(runtime, args, &d, &pl)) return launch_dense(runtime, args, &d, &pl, stream);
         CUtensorMap map;
         memset(&map, 0, sizeof map);
         if (use_sm90(runtime, args, &d) && encode_cache_tma(runtime, args, &d, &map)) {

@@ -27,6 +27,10 @@ mla_status mla__fakequant_decode_mma_build(const struct mla__spec *spec, char *n
  * (kernel_src/fakequant/decode_sm90.cu). runtime/fakequant.c. */
 mla_status mla__fakequant_decode_sm90_build(const struct mla__spec *spec, char *name_expr,
                                             size_t size, struct mla__launch_info *launch);
+/* "fakequant_decode_lse_fix" (no parameters): -inf lse for requests without keys after the dense
+ * decode path (kernel_src/fakequant/decode.cu). runtime/fakequant.c. */
+mla_status mla__fakequant_lse_fix_build(const struct mla__spec *spec, char *name_expr, size_t size,
+                                        struct mla__launch_info *launch);
 /* "fakequant_prefill" (dtype, q_quant, k_quant, p_quant, v_quant, sparsity_m).
  * runtime/fakequant_prefill.c. */
 mla_status mla__fakequant_prefill_build(const struct mla__spec *spec, char *name_expr, size_t size,
@@ -88,13 +92,31 @@ static inline int mla__fq_mma_cluster(long long k_qdq, long long v_qdq) {
 /* sm_90a decode (decode_sm90.cu): the same parameter block as decode_mma.cu's and the cache's TMA
  * descriptor; 64 heads per CTA, page_size % 8 == 0; without P quantization one slot per chunk of
  * G "virtual splits" of MLA__FQ_SM90_VIRTUAL_TILES tiles, G = ceil(ceil(tiles / 64) / splits). */
-#define MLA__FQ_DECODE_SM90_SMEM 230432   /* decode_sm90.cu kSmemBytes */
+#define MLA__FQ_DECODE_SM90_SMEM 230944   /* decode_sm90.cu kSmemBytes */
 /* The modes (K, V, P) the sm_90a decode runs by default where it applies (else decode_mma.cu,
  * unless $MLAJIT_FAKEQUANT_DECODE=sm90): those where it measured faster on the H200
  * (docs/perf-notes.md, "Fake-quant decode on wgmma"). */
 static inline int mla__fq_sm90_default(int k_qdq, int v_qdq, int p_qdq) {
-    return k_qdq != 2 && v_qdq != 2 && p_qdq != 2 && (k_qdq == 0 || v_qdq == 0);
+    return (k_qdq != 2 && v_qdq != 2 && p_qdq != 2 && (k_qdq == 0 || v_qdq == 0)) ||
+           (k_qdq == 0 && v_qdq == 0);   /* P alone, nvfp4 included (tile alternation) */
 }
+/* The dense path (no quantization; runtime/fakequant_decode.c use_dense): the FlashMLA-compatible
+ * decode (mla_get_metadata in its batch-invariant mode with chunks of MLA__FQ_DENSE_CHUNK keys,
+ * mla_flash_with_kvcache: flashmla/decode_sm90.cu and its combine), then the lse fix. Where it
+ * applies it is the default when MLA__FQ_DENSE_DEFAULT is 1, else only with
+ * $MLAJIT_FAKEQUANT_DECODE=dense. */
+#define MLA__FQ_DENSE_CHUNK 16384
+#define MLA__FQ_DENSE_DEFAULT 1
+#define MLA__FQ_DENSE_MAX_PARTS 512
+/* The modes and dtypes the dense path takes: no quantization, q of the cache's dtype (not the
+ * fp32 carrier), out in the cache's dtype (out_same). */
+static inline int mla__fq_dense_modes(int k_qdq, int v_qdq, int p_qdq, int q_fp32, int out_same) {
+    return k_qdq == 0 && v_qdq == 0 && p_qdq == 0 && !q_fp32 && out_same;
+}
+/* Bytes of the decode workspace (mla_attention_decode_shape): the fixed splits' partials of the
+ * fake-quant kernels and, for rank 512 / rope 64, room for the dense path (batch * (splits + 1)
+ * FlashMLA split slots and its schedule). runtime/fakequant_decode.c. */
+size_t mla__fq_decode_ws_bytes(long long batch, long long heads, int splits, int rank, int rope);
 #define MLA__FQ_SM90_VIRTUAL_TILES 64     /* decode_sm90.cu kVirtualTiles */
 #define MLA__FQ_SM90_MAX_BOX_ROWS 32      /* decode_sm90.cu load_tile: rows of a TMA box */
 
@@ -117,6 +139,12 @@ typedef struct mla__fq_combine_params {
     int batch, heads, rank, splits;
 } mla__fq_combine_params;
 
+typedef struct mla__fq_lse_fix_params {
+    CUdeviceptr seq_len, lse;
+    int batch, heads;
+} mla__fq_lse_fix_params;
+
+_Static_assert(sizeof(mla__fq_lse_fix_params) == 24, "mirror of LseFixParams");
 _Static_assert(sizeof(mla__fq_decode_params) == 136, "mirror of DecodeParams");
 _Static_assert(sizeof(mla__fq_combine_params) == 64, "mirror of CombineParams");
 _Static_assert(sizeof(mla__fq_decode_mma_params) == 136, "mirror of MmaDecodeParams");

@@ -311,6 +311,11 @@ struct mla_runtime {
                                       the sm_90a decode_sm90.cu */
     int fakequant_decode_sm90;     /* ... was "sm90": decode_sm90.cu wherever it applies, for every
                                       mode (by default only for mla__fq_sm90_default's modes) */
+    int fakequant_decode_dense;    /* ... was "dense": without quantization the FlashMLA-compatible
+                                      dense decode where it applies (MLA__FQ_DENSE_DEFAULT) */
+    int fakequant_dense_chunk;     /* $MLAJIT_FAKEQUANT_DENSE_CHUNK at create (4096, 8192, 16384 or
+                                      32768: the dense path's chunk keys, for comparisons); 0:
+                                      MLA__FQ_DENSE_CHUNK */
     int flashmla_sparse_prefetch;  /* $MLAJIT_FLASHMLA_SPARSE_PREFETCH was "1" at create: the
                                       sm_90a sparse kernels prefetch gathered rows to L2 (measured
                                       slower; off by default) */

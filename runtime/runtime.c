@@ -168,13 +168,19 @@ static void resolve_fakequant_prefill(mla_runtime *rt) {
 /* $MLAJIT_FAKEQUANT_DECODE: "fp32" forces the fake-quant decode's exact fp32 FMA kernel
  * (fakequant/decode.cu) where a tensor-core one would run, "mma" the portable tensor-core kernel
  * (fakequant/decode_mma.cu) where the sm_90a one would, "sm90" the sm_90a kernel
- * (fakequant/decode_sm90.cu) wherever it applies, whatever the modes. */
+ * (fakequant/decode_sm90.cu) wherever it applies, whatever the modes, "dense" the FlashMLA-
+ * compatible dense decode without quantization where it applies (runtime/fakequant_decode.c).
+ * $MLAJIT_FAKEQUANT_DENSE_CHUNK: that path's chunk size in keys (comparisons; unset: the default). */
 static void resolve_fakequant_decode(mla_runtime *rt) {
-    static const char *const values[] = {"fp32", "mma", "sm90"};
+    static const char *const values[] = {"fp32", "mma", "sm90", "dense"};
     const int c = ENV_CHOICE(rt, "MLAJIT_FAKEQUANT_DECODE", values);
     rt->fakequant_decode_fp32 = c == 0;
     rt->fakequant_decode_mma = c == 1;
     rt->fakequant_decode_sm90 = c == 2;
+    rt->fakequant_decode_dense = c == 3;
+    static const char *const chunks[] = {"4096", "8192", "16384", "32768"};
+    const int k = ENV_CHOICE(rt, "MLAJIT_FAKEQUANT_DENSE_CHUNK", chunks);
+    rt->fakequant_dense_chunk = k < 0 ? 0 : 4096 << k;
 }
 
 /* $MLAJIT_FLASHMLA_SPARSE_PREFETCH: "1" turns on the L2 prefetch of gathered rows in the sm_90a

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "runtime/fakequant_kinds.h"
+#include "runtime/flashmla_kinds.h"
 #include "runtime/internal.h"
 #include "util/gpu.h"
 
@@ -32,7 +33,7 @@ static mla_runtime *cpu_runtime(void) {
 static void call_init(call *c) {
     int64_t qs[3] = {B, H, 576}, cs[3] = {NBLK, PAGE, 576}, bs[2] = {B, MAXB}, ls[1] = {B};
     int64_t os[3] = {B, H, 512}, lse[2] = {B, H};
-    int64_t ws[1] = {(int64_t)mla__fq_ws_bytes((long long)B * H * 32, 512)};
+    int64_t ws[1] = {(int64_t)mla__fq_decode_ws_bytes(B, H, 32, 512, 64)};
     memset(c, 0, sizeof *c);
     mlt_tensor_init(&c->q, 0x1000000, MLT_BF16, 3, qs, NULL);
     mlt_tensor_init(&c->c, 0x2000000, MLT_BF16, 3, cs, NULL);
@@ -128,8 +129,14 @@ Test(fakequant_args, shape_helper) {
     cr_expect(sz.out[0] == B && sz.out[1] == H && sz.out[2] == 512 && sz.lse[1] == H,
               "shape: out [%lld, %lld, %lld]", (long long)sz.out[0], (long long)sz.out[1],
               (long long)sz.out[2]);
-    cr_expect(sz.workspace_bytes == mla__fq_ws_bytes((long long)B * H * 32, 512),
+    cr_expect(sz.workspace_bytes == mla__fq_decode_ws_bytes(B, H, 32, 512, 64),
               "shape: workspace %zu", sz.workspace_bytes);
+    /* room for the fake-quant kernels' 32 splits and for the dense path's B * 33 FlashMLA split
+     * slots beside its schedule */
+    cr_expect(sz.workspace_bytes >= mla__fq_ws_bytes((long long)B * H * 32, 512) &&
+              sz.workspace_bytes >= mla__flashmla_ws_bytes(H, (long long)B * 33) +
+              MLA__FQ_DENSE_MAX_PARTS * 32 + (B + 1) * 4 + B * H * 4,
+              "shape: workspace %zu too small for a kernel", sz.workspace_bytes);
     c.a.num_kv_splits = 0;
     cr_expect(mla_attention_decode_shape(&c.a, &sz) == MLA_ERR_INVALID_ARGUMENT,
               "shape with num_kv_splits 0 must fail");

@@ -5,13 +5,16 @@
  * and ones off the 16-grid (the open V tail), 2100..4500 (several CTA chunks of the tensor-core
  * decode), pages 16/32/64 in shuffled order, splits 1/3/32, H = 2 and 80, every out dtype.
  * Properties: the result of a request does not depend on the page size or on its batch mates (bit
- * for bit), and num_kv_splits never changes a no-quant result beyond fp32 rounding. Every test
+ * for bit; all NVFP4 and no quant), and num_kv_splits never changes a no-quant result beyond fp32
+ * rounding (fp32 out; with a bf16 out at most one ulp, and not at all on the dense path). Every test
  * runs on four runtimes: the default one ("[default]": on sm_90a the wgmma kernel
  * fakequant/decode_sm90.cu for the modes it runs by default, decode_mma.cu for the others), one
  * created with MLAJIT_FAKEQUANT_DECODE=sm90 ("[sm90]": decode_sm90.cu for every mode), =mma
- * ("[mma]": the mma.sync kernel fakequant/decode_mma.cu) and =fp32 ("[fp32]": the exact fp32
- * kernel; the variable is read at runtime creation only); after each run the runtime's kernel
- * table must hold the expected kind and neither other.
+ * ("[mma]": the mma.sync kernel fakequant/decode_mma.cu), =fp32 ("[fp32]": the exact fp32
+ * kernel) and =dense ("[dense]": without quantization, 16-bit q and out of the cache dtype the
+ * FlashMLA-compatible dense decode flashmla/decode_sm90.cu, the default's kernels otherwise; the
+ * variable is read at runtime creation only); after each run the runtime's kernel table must hold
+ * the expected kind and no other of the four.
  * Reproduce a failure with MLAJIT_TEST_SEED=<seed from the message>. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
@@ -48,6 +51,10 @@ static mlt_fq_case sweep[] = {
     {"bf16 v nvfp4 + p nvfp4 lens 4500/2100", 0, 0, 2, 8, {4500, 2100}, 64, 32, N0, F4, F4, 0, 0,
      0, 0, 1},
     {"fp16 none lens 3000/129 out fp32", 1, 0, 2, 4, {3000, 129}, 32, 32, N0, N0, N0, 0, 0, 0, 3, 1},
+    /* the dense path in fp16, and a request of two of its chunks (16384 keys each: its split
+     * partials and FlashMLA's combine, then the lse fix of the empty request) */
+    {"fp16 none p64 s8 lens 2100/1/64", 1, 0, 3, 8, {2100, 1, 64}, 64, 8, N0, N0, N0, 0, 0, 0, 0, 1},
+    {"bf16 none lens 17000/300/0", 0, 0, 3, 8, {17000, 300, 0}, 64, 32, N0, N0, N0, 0, 0, 0, 0, 1},
     {"bf16 k fp8 H80", 0, 0, 1, 80, {150}, 16, 32, F8, N0, N0, 0, 0, 0, 0, 1},
     /* a plain float32 q (not the NVFP4 carrier, so not exact in 16 bits): the tensor-core decode
      * adds the residual product of q - fl16(q) */
@@ -61,34 +68,46 @@ ParameterizedTestParameters(fakequant_decode_gpu, sweep) {
 
 /* The decode kernels: [0] the default runtime's (where the runtime compiles for sm_90a, and every
  * case here has a page size that is a multiple of 8: decode_sm90.cu for the modes of
- * mla__fq_sm90_default, decode_mma.cu for the others; decode_mma.cu elsewhere), [1]
- * $MLAJIT_FAKEQUANT_DECODE=sm90's (decode_sm90.cu for every mode on sm_90a), [2] =mma's
- * (decode_mma.cu), [3] =fp32's (decode.cu). */
-enum { N_KERNELS = 4, N_KINDS = 3 };
-static const char *const envs[N_KERNELS] = {NULL, "sm90", "mma", "fp32"};
+ * mla__fq_sm90_default, decode_mma.cu for the others, and with MLA__FQ_DENSE_DEFAULT the dense
+ * path where it applies; decode_mma.cu elsewhere), [1] $MLAJIT_FAKEQUANT_DECODE=sm90's
+ * (decode_sm90.cu for every mode on sm_90a), [2] =mma's (decode_mma.cu), [3] =fp32's (decode.cu),
+ * [4] =dense's (the dense path where it applies, else as [0] without it). */
+enum { N_KERNELS = 5, N_KINDS = 4 };
+static const char *const envs[N_KERNELS] = {NULL, "sm90", "mma", "fp32", "dense"};
 static const char *const all_kinds[N_KINDS] = {"fakequant_decode_sm90", "fakequant_decode_mma",
-                                               "fakequant_decode"};
-static const char *const tags[N_KERNELS] = {"[default]", "[sm90]", "[mma]", "[fp32]"};
+                                               "fakequant_decode", "flashmla_decode_sm90"};
+static const char *const tags[N_KERNELS] = {"[default]", "[sm90]", "[mma]", "[fp32]", "[dense]"};
+
+/* Case c takes the dense path where it is chosen (sm_90a): no quantization, a 16-bit q, out of
+ * the cache's dtype (the cases' workspaces from mla_attention_decode_shape hold their chunks). */
+static int dense_case(const mlt_fq_case *c) {
+    return mla__fq_dense_modes(c->k, c->v, c->p, c->q_fp32 != 0, c->out == 0 ||
+                               c->out == (c->fp16 ? 2 : 1));
+}
 
 /* The kind kernel `which` of rt runs for case c. */
 static const char *kind_of(const mla_runtime *rt, int which, const mlt_fq_case *c) {
     int sm90 = !strcmp(rt->arch, "sm_90a");
-    if (which == 0) return sm90 && mla__fq_sm90_default(c->k, c->v, c->p) ? all_kinds[0] : all_kinds[1];
+    if ((which == 4 || (which == 0 && MLA__FQ_DENSE_DEFAULT)) && sm90 && dense_case(c))
+        return all_kinds[3];
+    if (which == 0 || which == 4)
+        return sm90 && mla__fq_sm90_default(c->k, c->v, c->p) ? all_kinds[0] : all_kinds[1];
     if (which == 1) return sm90 ? all_kinds[0] : all_kinds[1];
     return all_kinds[which - 1];
 }
 
-/* A GPU runtime for kernel `which` (MLAJIT_FAKEQUANT_DECODE unset, "sm90", "mma" or "fp32" at its
- * creation, then restored); skips the test without a GPU. */
+/* A GPU runtime for kernel `which` (MLAJIT_FAKEQUANT_DECODE unset, "sm90", "mma", "fp32" or
+ * "dense" at its creation, then restored); skips the test without a GPU. */
 static mla_runtime *gpu_or_skip(int which) {
     mla_runtime *rt = NULL;
     int ok = mlt_gpu_runtime_env("MLAJIT_FAKEQUANT_DECODE", envs[which], &rt);
     cr_assert(ok >= 0, "set or restore MLAJIT_FAKEQUANT_DECODE");
     if (!ok) cr_skip_test("no GPU");
     cr_assert(rt->fakequant_decode_sm90 == (which == 1) && rt->fakequant_decode_mma == (which == 2) &&
-              rt->fakequant_decode_fp32 == (which == 3), "%s: the runtime's fakequant_decode_sm90 / "
-              "mma / fp32 are %d / %d / %d", tags[which], rt->fakequant_decode_sm90,
-              rt->fakequant_decode_mma, rt->fakequant_decode_fp32);
+              rt->fakequant_decode_fp32 == (which == 3) && rt->fakequant_decode_dense == (which == 4),
+              "%s: the runtime's fakequant_decode_sm90 / mma / fp32 / dense are %d / %d / %d / %d",
+              tags[which], rt->fakequant_decode_sm90, rt->fakequant_decode_mma,
+              rt->fakequant_decode_fp32, rt->fakequant_decode_dense);
     return rt;
 }
 
@@ -188,12 +207,14 @@ Test(fakequant_decode_gpu, full_recipe_close_to_dense) {
     }
 }
 
-/* Request 0 alone with page 64 vs in a batch of three with page 16: bit-identical out and lse. */
-Test(fakequant_decode_gpu, invariant_to_page_size_and_batch) {
+/* Request 0 alone with page 64 vs in a batch of three with page 16: bit-identical out and lse;
+ * modes all NVFP4 (mode 2) or none (mode 0: the dense path on [dense]). */
+static void invariance(int mode) {
     uint64_t seed = mlt_seed();
     char msg[512];
-    mlt_fq_case a = {"alone p64", 0, 0, 1, 8, {173}, 64, 32, F4, F4, F4, 0, 0, 0, 0, 1};
-    mlt_fq_case b = {"batched p16", 0, 0, 3, 8, {173, 250, 3}, 16, 32, F4, F4, F4, 0, 0, 0, 0, 1};
+    mlt_fq_case a = {"alone p64", 0, 0, 1, 8, {173}, 64, 32, mode, mode, mode, 0, 0, 0, 0, 1};
+    mlt_fq_case b = {"batched p16", 0, 0, 3, 8, {173, 250, 3}, 16, 32, mode, mode, mode, 0, 0, 0,
+                     0, 1};
     for (int kd = 0; kd < N_KERNELS; kd++) {
         mla_runtime *rt = gpu_or_skip(kd);
         mlt_fq_run ra, rb;
@@ -210,13 +231,55 @@ Test(fakequant_decode_gpu, invariant_to_page_size_and_batch) {
                   "%s", tags[kd], (unsigned long long)seed, msg);
         assert_kind(rt, kd, &a, "invariant_to_page_size_and_batch");
         size_t n = (size_t)8 * ra.rank;
-        cr_expect(memcmp(ra.out, rb.out, n * sizeof *ra.out) == 0, "%s seed %llu: request 0 out "
-                  "differs between alone/page 64 and batched/page 16", tags[kd],
+        cr_expect(memcmp(ra.out, rb.out, n * sizeof *ra.out) == 0, "mode %d %s seed %llu: request "
+                  "0 out differs between alone/page 64 and batched/page 16", mode, tags[kd],
                   (unsigned long long)seed);
-        cr_expect(memcmp(ra.lse, rb.lse, 8 * sizeof *ra.lse) == 0, "%s seed %llu: request 0 lse "
-                  "differs", tags[kd], (unsigned long long)seed);
-        expect_oracle(&a, &ra, 0, 2e-2, 5e-3, seed, tags[kd]);
+        cr_expect(memcmp(ra.lse, rb.lse, 8 * sizeof *ra.lse) == 0, "mode %d %s seed %llu: request "
+                  "0 lse differs", mode, tags[kd], (unsigned long long)seed);
+        expect_oracle(&a, &ra, 0, mode ? 2e-2 : 5e-3, 5e-3, seed, tags[kd]);
         mlt_fq_free(&ra), mlt_fq_free(&rb);
+        mla_runtime_destroy(rt);
+    }
+}
+
+Test(fakequant_decode_gpu, invariant_to_page_size_and_batch) { invariance(F4); }
+
+Test(fakequant_decode_gpu, invariant_to_page_size_and_batch_no_quant) { invariance(N0); }
+
+/* Without quantization and with a bf16 out, splits 1 and 32: bit-identical on the dense path
+ * (its chunks depend on the length only), else within one bf16 ulp (fp32 rounding moved across a
+ * rounding boundary of out, 1e-6 beside it for values near 0); each against the oracle too. */
+Test(fakequant_decode_gpu, splits_no_quant_bf16_out) {
+    uint64_t seed = mlt_seed();
+    char msg[512];
+    mlt_fq_case c1 = {"no quant splits 1 bf16", 0, 0, 2, 8, {700, 3000}, 32, 1, N0, N0, N0, 0, 0,
+                      0, 0, 1};
+    mlt_fq_case c32 = c1;
+    c32.splits = 32;
+    snprintf(c32.name, sizeof c32.name, "no quant splits 32 bf16");
+    for (int kd = 0; kd < N_KERNELS; kd++) {
+        mla_runtime *rt = gpu_or_skip(kd);
+        mlt_fq_run r1, r32;
+        cr_assert(mlt_fq_make(&c1, seed, 4.0, &r1, msg, sizeof msg) == 0, "%s", msg);
+        cr_assert(mlt_fq_make(&c32, seed, 4.0, &r32, msg, sizeof msg) == 0, "%s", msg);
+        cr_assert(mlt_fq_device(rt, &c1, seed, &r1, msg, sizeof msg) == 0, "%s %s: %s", c1.name,
+                  tags[kd], msg);
+        cr_assert(mlt_fq_device(rt, &c32, seed, &r32, msg, sizeof msg) == 0, "%s %s: %s",
+                  c32.name, tags[kd], msg);
+        assert_kind(rt, kd, &c1, "splits_no_quant_bf16_out");
+        int exact = !strcmp(kind_of(rt, kd, &c1), all_kinds[3]);
+        for (size_t j = 0; j < (size_t)c1.batch * 8 * r1.rank; j++) {
+            double a = r1.out[j], b = r32.out[j], ulp = ldexp(fmax(fabs(a), fabs(b)), -7);
+            cr_assert(exact ? a == b : fabs(a - b) <= ulp + 1e-6, "%s seed %llu: request %zu col %zu: "
+                      "splits 1 %.7g vs splits 32 %.7g (%s)", tags[kd], (unsigned long long)seed,
+                      j / (8 * r1.rank), j % (8 * r1.rank), a, b, exact ? "bit for bit" : "1 ulp");
+        }
+        if (exact)
+            cr_expect(memcmp(r1.lse, r32.lse, (size_t)c1.batch * 8 * sizeof *r1.lse) == 0,
+                      "%s seed %llu: lse differs between splits 1 and 32", tags[kd],
+                      (unsigned long long)seed);
+        for (int i = 0; i < c1.batch; i++) expect_oracle(&c1, &r1, i, 5e-3, 5e-3, seed, tags[kd]);
+        mlt_fq_free(&r1), mlt_fq_free(&r32);
         mla_runtime_destroy(rt);
     }
 }

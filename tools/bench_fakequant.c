@@ -144,6 +144,8 @@ typedef struct fq_decode_shape {
     const char *name; /* row name prefix */
     int len;          /* every request's length */
     double flashmla_us;
+    int batch;        /* requests (at most FQ_B) */
+    int n_modes;      /* the first n_modes of fq_decode_modes */
 } fq_decode_shape;
 
 typedef struct fq_mode {
@@ -171,13 +173,13 @@ static mla_status fq_call_decode(mla_runtime *rt, const void *args, CUstream str
 }
 
 /* Tensors and the arguments (modes none) of the decode over the buffers. */
-static void fq_decode_views(mla_runtime *rt, int len, fq_decode_bufs *f) {
-    int dev = rt->options.device, pages = len / FQ_PAGE;
+static void fq_decode_views(mla_runtime *rt, const fq_decode_shape *sh, fq_decode_bufs *f) {
+    int dev = rt->options.device, pages = sh->len / FQ_PAGE, B = sh->batch;
     DLDataType bf16 = {kDLBfloat, 16, 1}, i32 = {kDLInt, 32, 1};
-    f->qs[0] = FQ_B, f->qs[1] = FQ_H, f->qs[2] = FQ_ROW;
-    f->cs[0] = (int64_t)FQ_B * pages, f->cs[1] = FQ_PAGE, f->cs[2] = FQ_ROW;
-    f->bts[0] = FQ_B, f->bts[1] = pages, f->lens[0] = FQ_B;
-    f->os[0] = FQ_B, f->os[1] = FQ_H, f->os[2] = FQ_RANK, f->ls[0] = FQ_B, f->ls[1] = FQ_H;
+    f->qs[0] = B, f->qs[1] = FQ_H, f->qs[2] = FQ_ROW;
+    f->cs[0] = (int64_t)B * pages, f->cs[1] = FQ_PAGE, f->cs[2] = FQ_ROW;
+    f->bts[0] = B, f->bts[1] = pages, f->lens[0] = B;
+    f->os[0] = B, f->os[1] = FQ_H, f->os[2] = FQ_RANK, f->ls[0] = B, f->ls[1] = FQ_H;
     bench_tensor(&f->tq, f->p[DQ], dev, 3, f->qs, bf16);
     bench_tensor(&f->tc, f->p[DCACHE], dev, 3, f->cs, bf16);
     bench_tensor(&f->tbt, f->p[DBT], dev, 2, f->bts, i32);
@@ -195,24 +197,24 @@ static void fq_decode_views(mla_runtime *rt, int len, fq_decode_bufs *f) {
 /* Allocates and fills the inputs of one length; the workspace from mla_attention_decode_shape. */
 static int fq_decode_setup(bench_ctx *ctx, const fq_decode_shape *sh, fq_decode_bufs *f) {
     mla_runtime *rt = ctx->rt;
-    int pages = sh->len / FQ_PAGE;
-    size_t n_q = (size_t)FQ_B * FQ_H * FQ_ROW, n_c = (size_t)FQ_B * pages * FQ_PAGE * FQ_ROW;
+    int pages = sh->len / FQ_PAGE, B = sh->batch;
+    size_t n_q = (size_t)B * FQ_H * FQ_ROW, n_c = (size_t)B * pages * FQ_PAGE * FQ_ROW;
     int32_t lens[FQ_B];
     mla_attention_decode_sizes sz;
     if (mla__runtime_enter(rt) != MLA_OK) return cli_fail("bench", "%s", mla_last_error());
-    for (int i = 0; i < FQ_B; i++) lens[i] = sh->len;
+    for (int i = 0; i < B; i++) lens[i] = sh->len;
     BENCH_CU(rt, cuMemAlloc(&f->p[DQ], n_q * 2));
     BENCH_CU(rt, cuMemAlloc(&f->p[DCACHE], n_c * 2));
-    BENCH_CU(rt, cuMemAlloc(&f->p[DBT], (size_t)FQ_B * pages * 4));
-    BENCH_CU(rt, cuMemAlloc(&f->p[DLEN], sizeof lens));
-    BENCH_CU(rt, cuMemAlloc(&f->p[DOUT], (size_t)FQ_B * FQ_H * FQ_RANK * 2));
-    BENCH_CU(rt, cuMemAlloc(&f->p[DLSE], (size_t)FQ_B * FQ_H * 4));
-    BENCH_CU(rt, cuMemcpyHtoD(f->p[DLEN], lens, sizeof lens));
+    BENCH_CU(rt, cuMemAlloc(&f->p[DBT], (size_t)B * pages * 4));
+    BENCH_CU(rt, cuMemAlloc(&f->p[DLEN], (size_t)B * 4));
+    BENCH_CU(rt, cuMemAlloc(&f->p[DOUT], (size_t)B * FQ_H * FQ_RANK * 2));
+    BENCH_CU(rt, cuMemAlloc(&f->p[DLSE], (size_t)B * FQ_H * 4));
+    BENCH_CU(rt, cuMemcpyHtoD(f->p[DLEN], lens, (size_t)B * 4));
     if (fq_fill_normal(rt, f->p[DQ], n_q, 0x243F6A8885A308D3ull) != CLI_OK ||
         fq_fill_normal(rt, f->p[DCACHE], n_c, 0x13198A2E03707344ull) != CLI_OK ||
-        fq_block_table(rt, f->p[DBT], FQ_B * pages) != CLI_OK)
+        fq_block_table(rt, f->p[DBT], B * pages) != CLI_OK)
         return CLI_FAIL;
-    fq_decode_views(rt, sh->len, f);
+    fq_decode_views(rt, sh, f);
     if (mla_attention_decode_shape(&f->args, &sz) != MLA_OK)
         return bench_case_fail(sh->name, "mla_attention_decode_shape");
     f->wss[0] = (int64_t)sz.workspace_bytes;
@@ -227,16 +229,18 @@ done:
 static void fq_decode_row(bench_ctx *ctx, const fq_decode_shape *sh, const fq_mode *m,
                           double sec, double none_sec, int iters) {
     char name[32];
-    double rows = (double)FQ_B * FQ_H, keys = (double)FQ_B * sh->len;
+    double rows = (double)sh->batch * FQ_H, keys = (double)sh->batch * sh->len;
     snprintf(name, sizeof name, "%s-%s", sh->name, m->name);
     bench_row *r = bench_add_row(ctx, name, sec * 1e6);
     r->gbps = (keys * FQ_ROW * 2 + rows * FQ_ROW * 2 + rows * FQ_RANK * 2) / sec * 1e-9;
     r->tflops = 2.0 * rows * sh->len * (FQ_ROW + FQ_RANK) / sec * 1e-12;
     r->prec = PREC_BF16;
-    snprintf(r->note, sizeof r->note, "b %d h %d L %d page %d splits %d, median of %d; "
-             "none x%.2f (<= 1.5); FlashMLA %.0f us x%.2f (none <= 1.3)", FQ_B, FQ_H, sh->len,
-             FQ_PAGE, FQ_SPLITS, iters, sec / none_sec, sh->flashmla_us,
-             sec * 1e6 / sh->flashmla_us);
+    int n = snprintf(r->note, sizeof r->note, "b %d h %d L %d page %d splits %d, median of %d; "
+                     "none x%.2f (<= 1.5)", sh->batch, FQ_H, sh->len, FQ_PAGE, FQ_SPLITS, iters,
+                     sec / none_sec);
+    if (sh->flashmla_us > 0 && n > 0 && (size_t)n < sizeof r->note)
+        snprintf(r->note + n, sizeof r->note - n, "; FlashMLA %.0f us x%.2f (none <= 1.3)",
+                 sh->flashmla_us, sec * 1e6 / sh->flashmla_us);
 }
 
 /* One length: inputs once, then every mode (none first: the others' ratio is to it). */
@@ -249,7 +253,7 @@ static int fq_decode_run(bench_ctx *ctx, const fq_decode_shape *sh) {
     if (!f) return cli_fail("bench", "out of memory");
     if (fq_decode_setup(ctx, sh, f) != CLI_OK) goto done;
     BENCH_CU(rt, cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-    for (size_t i = 0; i < sizeof fq_decode_modes / sizeof fq_decode_modes[0]; i++) {
+    for (int i = 0; i < sh->n_modes; i++) {
         const fq_mode *m = &fq_decode_modes[i];
         mla_attention_decode_args *a = &f->args;
         int iters = ctx->iters ? ctx->iters : 20;
@@ -270,12 +274,18 @@ done:
 }
 
 int bench_fakequant_decode_4k(bench_ctx *ctx) {
-    static const fq_decode_shape sh = {"fq-dec-4k", 4096, 230.0};
+    static const fq_decode_shape sh = {"fq-dec-4k", 4096, 230.0, FQ_B, 9};
     return fq_decode_run(ctx, &sh);
 }
 
 int bench_fakequant_decode_16k(bench_ctx *ctx) {
-    static const fq_decode_shape sh = {"fq-dec-16k", 16384, 870.0};
+    static const fq_decode_shape sh = {"fq-dec-16k", 16384, 870.0, FQ_B, 9};
+    return fq_decode_run(ctx, &sh);
+}
+
+/* A small batch (no quantization, and P fp8): how the schedule spreads 4 long requests. */
+int bench_fakequant_decode_b4(bench_ctx *ctx) {
+    static const fq_decode_shape sh = {"fq-dec-b4-16k", 16384, 0.0, 4, 4};
     return fq_decode_run(ctx, &sh);
 }
 

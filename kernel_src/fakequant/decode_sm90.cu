@@ -19,8 +19,9 @@
 // num_blocks), boxes of 64 columns x R rows, R = min(largest power of two dividing page_size, 32),
 // 128-byte swizzle).
 //
-// CTA: 64 heads of one request and chunk (grid: head blocks, slots, batch), two warpgroups; each
-// computes a *partial* S of the whole 64 x 32 tile over half of the 576 features (warpgroup w:
+// CTA: 64 heads of one request and chunk (grid: head blocks, slots, batch), two warpgroups. With K
+// and V unquantized they take alternate tiles (run_pairs, below); with K or V quantized (the
+// feature split, run_chunk) each computes a *partial* S of the whole 64 x 32 tile over half of the 576 features (warpgroup w:
 // features [256 w, +256) with Q from shared memory, and [512 + 32 w, +32) of the RoPE part with
 // Q from registers: 18 wgmma.m64n32k16, K from shared memory), the two partials are exchanged
 // through shared memory and summed in the same order by both, so both hold the same S and run the
@@ -71,17 +72,22 @@ constexpr int kStageOff = kHeads * kRank * 2;   // 65536
 constexpr int kSOff = kStageOff + 4 * kTileB;   // 212992
 constexpr int kSBytes = 2 * 16 * kWg * 4;       // 16384
 constexpr int kBarOff = kSOff + kSBytes;        // 229376
-constexpr int kSmemUsed = kBarOff + 4 * 8;
-constexpr int kSmemBytes = kSmemUsed + 1024;    // 230432
+constexpr int kMxOff = kBarOff + 4 * 8;         // row maxima / sums of both warpgroups [2][64]
+constexpr int kSmemUsed = kMxOff + 2 * kHeads * 4;
+constexpr int kSmemBytes = kSmemUsed + 1024;    // 230944
 constexpr int kKSteps = kD / 16 / 2;            // 18 k16 steps per warpgroup
 constexpr int kVirtualTiles = 64;               // p none: the running max restarts every 64 tiles
-static_assert(kSmemBytes == 230432, "runtime/fakequant_kinds.h MLA__FQ_DECODE_SM90_SMEM");
+static_assert(kSmemBytes == 230944, "runtime/fakequant_kinds.h MLA__FQ_DECODE_SM90_SMEM");
 static_assert(kSmemBytes <= 232448, "fits the sm_90 shared memory of one CTA");
 static_assert(kStageOff % 1024 == 0 && kTileB % 1024 == 0, "swizzle atoms 1024-aligned");
 
 // X: both partials of a tile written; Y: both read (the buffer may be written again); kBarWg + w:
 // warpgroup w alone.
-enum Barrier : int { kBarX = 1, kBarY = 2, kBarWg = 3 };
+// Tile alternation: M0 / M1 the row maxima of warpgroup 0's / 1's tile written, P0 / P1 its P
+// tile written, F0 warpgroup 1 done with a pair (sP0, smx[0], the pair's stages), F1 warpgroup 0
+// done with sP1 and smx[1] (each arrived by one warpgroup and waited for by the other).
+enum Barrier : int { kBarX = 1, kBarY = 2, kBarWg = 3, kBarM0 = 5, kBarM1 = 6, kBarP0 = 7,
+                     kBarP1 = 8, kBarF0 = 9, kBarF1 = 10 };
 
 // The j-th (of 18) k16 step of warpgroup w: features [256 w, +256) (pieces 4 w .. 4 w + 3, Q from
 // shared memory), then [512 + 32 w, +32) (the RoPE piece, Q from registers).
@@ -166,17 +172,19 @@ __device__ __forceinline__ void issue_tile(const MmaDecodeParams &p, const TmaDe
     }
 }
 
-// Warpgroup w's partial S = Q K^T over its features (kstep_of), Q pieces from shared memory and
-// its RoPE part from registers (q8), K from the tile at kbuf; issued and committed, not waited on.
-template <bool kF16>
-__device__ __forceinline__ void issue_qk(float (&s)[4][4], const unsigned (&q8)[2][4], unsigned q,
-                                         unsigned kbuf, int w) {
+// S = Q K^T over the k16 steps [ss0, ss0 + kSS) (Q from shared memory) and RoPE steps [32 + rope0,
+// + kRope) (Q from registers, q8), K from the tile at kbuf; issued and committed, not waited on.
+// The feature split: warpgroup w's partial (ss0 16 w, 16 steps, rope0 2 w, 2 steps, kstep_of);
+// tile alternation: the full S (0, 32, 0, 4).
+template <bool kF16, int kSS, int kRope>
+__device__ __forceinline__ void issue_qk(float (&s)[4][4], const unsigned (&q8)[kRope][4],
+                                         unsigned q, unsigned kbuf, int ss0, int rope0) {
     const unsigned long long qd0 = wgmma_desc_sw128(q, 16, 1024);
     const unsigned long long kd0 = wgmma_desc_sw128(kbuf, 16, 1024);
     wgmma_fence();
 #pragma unroll
-    for (int j = 0; j < 16; j++) {
-        const int ks = 16 * w + j, pc = ks >> 2, k = ks & 3;
+    for (int j = 0; j < kSS; j++) {
+        const int ks = ss0 + j, pc = ks >> 2, k = ks & 3;
         unsigned long long qd = qd0, kd = kd0;
         flashmla::sm90::opaque(qd), flashmla::sm90::opaque(kd);
         wgmma_m64n32k16_ss<kF16, 0>(s, qd + ((pc * kQPiece + k * 32) >> 4),
@@ -185,8 +193,8 @@ __device__ __forceinline__ void issue_qk(float (&s)[4][4], const unsigned (&q8)[
     unsigned long long kd = kd0;
     flashmla::sm90::opaque(kd);
 #pragma unroll
-    for (int j = 0; j < 2; j++)
-        wgmma_m64n32k16_rs<kF16, 0>(s, q8[j], kd + ((8 * kTPiece + (2 * w + j) * 32) >> 4), 1);
+    for (int j = 0; j < kRope; j++)
+        wgmma_m64n32k16_rs<kF16, 0>(s, q8[j], kd + ((8 * kTPiece + (rope0 + j) * 32) >> 4), 1);
     wgmma_commit_group();
 }
 
@@ -194,7 +202,7 @@ __device__ __forceinline__ void issue_qk(float (&s)[4][4], const unsigned (&q8)[
 // d = (q - fl16(q)) K^T over warpgroup w's features, the residuals read from global memory, by
 // mma.sync m16n8k16 (its C fragment of warp wi is the wgmma accumulator layout of the warp's 16
 // rows) with K fragments by ldmatrix from the swizzled tile at kbuf. Slow, outside the recipe.
-template <bool kF16>
+template <bool kF16, bool kAll = false>   // kAll: all 36 k16 steps (else warpgroup w's 18)
 __device__ __forceinline__ void qk_residual(float (&d)[4][4], const MmaDecodeParams &p,
                                             unsigned kbuf, int w, int b, int h0, int lane, int wi) {
 #pragma unroll
@@ -205,8 +213,8 @@ __device__ __forceinline__ void qk_residual(float (&d)[4][4], const MmaDecodePar
     const float *qb = qf + (long long)(hb < p.heads ? hb : 0) * p.q_stride_h;
     const float za = ha < p.heads ? 1.f : 0.f, zb = hb < p.heads ? 1.f : 0.f;
 #pragma unroll 1
-    for (int j = 0; j < kKSteps; j++) {
-        const int ks = kstep_of(w, j);
+    for (int j = 0; j < (kAll ? 2 * kKSteps : kKSteps); j++) {
+        const int ks = kAll ? j : kstep_of(w, j);
         unsigned a[4];
         mmadec::q_lo_frag<kF16>(qa, qb, za, zb, ks * 16 + f0, a);
 #pragma unroll
@@ -227,7 +235,9 @@ __device__ __forceinline__ void quantize_k(const MmaDecodeParams &p, const unsig
                                            unsigned char *kc, int w, int wt) {
     if constexpr (kK == kFp8) {
         const float rk = __frcp_rn(p.k_scale);
-        for (int i = wt; i < kTile * 36; i += kWg) {
+#pragma unroll
+        for (int it = 0; it < kTile * 36 / kWg; it++) {   // 9 chunks per thread, independent
+            const int i = wt + it * kWg;
             const int r = i / 36, c = i % 36 < 32 ? 32 * w + i % 36 : 64 + 4 * w + i % 36 - 32;
             const unsigned off = toff(r, c);
             *reinterpret_cast<uint4 *>(kc + off) =
@@ -281,8 +291,9 @@ __device__ __forceinline__ void prepare_v(const MmaDecodeParams &p, unsigned cha
     if constexpr (kV != kNone) named_barrier_sync(kBarWg + w, kWg);   // zeros before the reads
     if constexpr (kV == kFp8) {
         const float rv = __frcp_rn(p.v_scale);
-#pragma unroll 4
-        for (int i = wt; i < kTile * 32; i += kWg) {
+#pragma unroll
+        for (int it = 0; it < kTile * 32 / kWg; it++) {   // 8 chunks per thread, independent
+            const int i = wt + it * kWg;
             const int r = i / 32, c = 32 * w + i % 32;
             const unsigned off = toff(r, c);
             *reinterpret_cast<uint4 *>(raw + off) =
@@ -290,32 +301,175 @@ __device__ __forceinline__ void prepare_v(const MmaDecodeParams &p, unsigned cha
         }
     } else if constexpr (kV == kNvfp4) {
         const float v6 = __fmul_rn(6.f, p.v_scale), rv6 = __frcp_rn(v6);
-        // thread wt: features 256 w + 2 wt, + 1 (chunk 32 w + wt / 4, byte 4 (wt % 4)), both groups
+        // thread wt: features 256 w + 2 wt, + 1 (chunk 32 w + wt / 4, bytes 4 (wt % 4) and + 2),
+        // one (group, feature) at a time (16 values: the register budget of the P V warpgroups)
         const int c = 32 * w + (wt >> 2), wb = (wt & 3) * 4;
 #pragma unroll 1
-        for (int g = 0; g < 2; g++) {
-            float x0[16], x1[16], m0 = 0.f, m1 = 0.f;
+        for (int it = 0; it < 4; it++) {
+            const int g = it >> 1, fo = wb + 2 * (it & 1);
+            float x[16], m = 0.f;
 #pragma unroll
             for (int rr = 0; rr < 16; rr++) {
-                const unsigned u = *reinterpret_cast<const unsigned *>(raw + toff(16 * g + rr, c) + wb);
-                x0[rr] = mmadec::h2f<kF16>(u), x1[rr] = mmadec::h2f<kF16>(u >> 16);
-                m0 = fmaxf(m0, fabsf(x0[rr])), m1 = fmaxf(m1, fabsf(x1[rr]));
+                const unsigned short u =
+                    *reinterpret_cast<const unsigned short *>(raw + toff(16 * g + rr, c) + fo);
+                x[rr] = mmadec::h2f<kF16>(u);
+                m = fmaxf(m, fabsf(x[rr]));
             }
-            const Nvfp4Scale s0 = nvfp4_scale(m0, p.v_scale, v6, rv6);
-            const Nvfp4Scale s1 = nvfp4_scale(m1, p.v_scale, v6, rv6);
-            const bool fast = nvfp4_fast(s0) && nvfp4_fast(s1);
+            const Nvfp4Scale sc = nvfp4_scale(m, p.v_scale, v6, rv6);
+            const bool fast = nvfp4_fast(sc);
 #pragma unroll
             for (int rr = 0; rr < 16; rr++) {
-                const unsigned u = fast ? mmadec::pack2<kF16>(nvfp4_code_fast(x0[rr], s0),
-                                                              nvfp4_code_fast(x1[rr], s1))
-                                        : mmadec::pack2<kF16>(nvfp4_code(x0[rr], s0),
-                                                              nvfp4_code(x1[rr], s1));
-                *reinterpret_cast<unsigned *>(raw + toff(16 * g + rr, c) + wb) = u;
+                const float v = fast ? nvfp4_code_fast(x[rr], sc) : nvfp4_code(x[rr], sc);
+                *reinterpret_cast<unsigned short *>(raw + toff(16 * g + rr, c) + fo) =
+                    (unsigned short)mmadec::f2h<kF16>(v);
             }
         }
     }
     fence_proxy_async_shared();
     named_barrier_sync(kBarWg + w, kWg);
+}
+
+// S to base-2 logits (times qk_eff), -inf for keys >= s_end (the selects only in a tile that
+// reaches s_end); the row maxima over the quad into mx.
+__device__ __forceinline__ void scale_mask(float (&x)[4][4], int tile, int s_end, float qk_eff,
+                                           int lane, float (&mx)[2]) {
+    mx[0] = mx[1] = neg_inf();
+    if (tile * kTile + kTile <= s_end) {
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                x[j][e] = __fmul_rn(x[j][e], qk_eff);
+                mx[e >> 1] = fmaxf(mx[e >> 1], x[j][e]);
+            }
+    } else {
+        const int t0 = tile * kTile + (lane & 3) * 2;
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                x[j][e] = t0 + 8 * j + (e & 1) < s_end ? __fmul_rn(x[j][e], qk_eff) : neg_inf();
+                mx[e >> 1] = fmaxf(mx[e >> 1], x[j][e]);
+            }
+    }
+    mx[0] = quad_max(mx[0]), mx[1] = quad_max(mx[1]);
+}
+
+// A row's split bookkeeping (decode_mma.cu's), for the thread's two rows: mu the split's running
+// max, E the exponent O and L are kept in, M the row's max so far.
+struct RowSplit {
+    float mu[2], E[2], M[2];
+};
+
+// A chunk's start: O zeroed (fenced before any product is issued), no row state, no row sums.
+__device__ __forceinline__ void init_chunk(float (&o)[32][4], RowSplit &rs, float (&L)[2]) {
+#pragma unroll
+    for (int j = 0; j < 32; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+    flashmla::sm90::reg_fence(o);
+#pragma unroll
+    for (int h = 0; h < 2; h++) rs.mu[h] = rs.E[h] = rs.M[h] = neg_inf(), L[h] = 0.f;
+}
+
+// One tile of row maxima mx (-inf: no key): the state moves on; f (the factor O and L take before
+// the tile is added) and mu_e (the exponent the tile's p are taken against, +inf when the tile is
+// not added: no key, or more than kSkip below the row's max) come back.
+__device__ __forceinline__ void split_step(RowSplit &st, const float (&mx)[2], bool split_start,
+                                           float (&f)[2], float (&mu_e)[2]) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        f[h] = 1.f;
+        if (split_start) st.mu[h] = neg_inf();
+        const float mn = fmaxf(st.mu[h], mx[h]);
+        st.mu[h] = mn;
+        bool use = mn != neg_inf();
+        if (use) {
+            if (st.E[h] == neg_inf()) {
+                st.E[h] = st.M[h] = mn;
+            } else if (fmaxf(st.M[h], mn) - mn > mmadec::kSkip) {
+                use = false;
+            } else {
+                f[h] = exp2f(st.E[h] - mn);
+                st.E[h] = mn, st.M[h] = fmaxf(st.M[h], mn);
+            }
+        }
+        mu_e[h] = use ? mn : __int_as_float(0x7f800000);
+    }
+}
+
+// p = 2^(x - mu_e) in place (0 for x = -inf and for every key of a tile not added: x - inf; the
+// flush of subnormal p to 0 changes no quantization code and no sum beyond 2^-126), the
+// unquantized row sums added to l.
+__device__ __forceinline__ void exp_tile(float (&x)[4][4], const float (&mu_e)[2], float (&l)[2]) {
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            x[j][e] = flashmla::ex2(x[j][e] - mu_e[e >> 1]);
+            l[e >> 1] += x[j][e];
+        }
+}
+
+// P codes (after the row sum) of the tile's p as the A fragments of the two k16 steps of P V:
+// pa[kk] holds keys [16 kk, +16) (8-key blocks 2 kk and 2 kk + 1), rows r and r + 8.
+template <bool kF16, int kP>
+__device__ __forceinline__ void p_codes(float (&x)[4][4], const MmaDecodeParams &p, float rp,
+                                        float p6, float rp6, unsigned (&pa)[2][4]) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        Nvfp4Scale bs[2] = {{0.f, 0.f, 0.f}, {0.f, 0.f, 0.f}};
+        if constexpr (kP == kNvfp4) {   // blocks of 16 keys: 8-key blocks {0, 1} and {2, 3}
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int e = 2 * h; e < 2 * h + 2; e++)
+                    x[j][e] = mmadec::h2f<kF16>(mmadec::f2h<kF16>(x[j][e]));
+#pragma unroll
+            for (int kk = 0; kk < 2; kk++) {
+                float bam = fmaxf(fmaxf(x[2 * kk][2 * h], x[2 * kk][2 * h + 1]),
+                                  fmaxf(x[2 * kk + 1][2 * h], x[2 * kk + 1][2 * h + 1]));
+                bam = quad_max(bam);
+                bs[kk] = nvfp4_scale(bam, p.p_scale, p6, rp6);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float x0 = x[j][2 * h], x1 = x[j][2 * h + 1];
+            unsigned u;
+            if constexpr (kP == kFp8) {
+                u = mmadec::fp8_code2<kF16>(x0, x1, p.p_scale, rp);
+            } else if constexpr (kP == kNvfp4) {
+                const Nvfp4Scale &q = bs[j >> 1];
+                u = nvfp4_fast(q) ? mmadec::pack2<kF16>(nvfp4_code_fast(x0, q), nvfp4_code_fast(x1, q))
+                                  : mmadec::pack2<kF16>(nvfp4_code(x0, q), nvfp4_code(x1, q));
+            } else {
+                u = mmadec::pack2<kF16>(x0, x1);
+            }
+            pa[j >> 1][(j & 1) * 2 + h] = u;
+        }
+    }
+}
+
+// The chunk's partial (E, l, O pv_eff) of warpgroup w's O columns to the workspace (E, l: the
+// thread's two rows, the same in both warpgroups; warpgroup 0 stores them).
+__device__ __forceinline__ void store_partial(const MmaDecodeParams &p, const float (&o)[32][4],
+                                              const float (&E)[2], const float (&l)[2], int b,
+                                              int h0, int chunk, int w, int wi, int lane) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = wi * 16 + (lane >> 2) + 8 * h, head = h0 + r;
+        if (head >= p.heads) continue;
+        const long long row = ((long long)b * p.heads + head) * p.slots + chunk;
+        float *acc = p.ws_acc + row * kRank + w * 256 + (lane & 3) * 2;
+#pragma unroll
+        for (int j = 0; j < 32; j++)
+            *reinterpret_cast<float2 *>(acc + 8 * j) =
+                make_float2(__fmul_rn(o[j][2 * h], p.pv_eff), __fmul_rn(o[j][2 * h + 1], p.pv_eff));
+        if (w == 0 && (lane & 3) == 0) {
+            const bool any = E[h] != neg_inf() && l[h] > 0.f;
+            p.ws_ml[row * 2] = any ? E[h] : neg_inf();
+            p.ws_ml[row * 2 + 1] = any ? l[h] : 0.f;
+        }
+    }
 }
 
 // Everything after the setup of a CTA's chunk: tiles [t_begin, t_begin + n) of request b for
@@ -338,12 +492,9 @@ __device__ __forceinline__ void run_chunk(const MmaDecodeParams &p, const TmaDes
     const unsigned base = flashmla::smem_addr(smem);
     const unsigned q_a = base + kQOff, bar0 = base + kBarOff;
     const int *bt_row = p.block_table + (long long)b * p.bt_stride;
-    float o[32][4];
-#pragma unroll
-    for (int j = 0; j < 32; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
-    flashmla::sm90::reg_fence(o);
-    float E[2] = {neg_inf(), neg_inf()}, M[2] = {neg_inf(), neg_inf()};
-    float mu[2] = {neg_inf(), neg_inf()}, L[2] = {0.f, 0.f};
+    float o[32][4], L[2];
+    RowSplit rs;
+    init_chunk(o, rs, L);
     const float rp = __frcp_rn(p.p_scale);
     const float p6 = __fmul_rn(6.f, p.p_scale), rp6 = __frcp_rn(p6);
     float4 *sS = reinterpret_cast<float4 *>(smem + kSOff);
@@ -364,7 +515,7 @@ __device__ __forceinline__ void run_chunk(const MmaDecodeParams &p, const TmaDes
         const int sn1 = (i + 1) % kStages;
         if (kK == kNone && i + 1 < n) mbarrier_wait_parity(bar0 + sn1 * 8, ((i + 1) / kStages) & 1);
         const unsigned kb = kK != kNone ? base + kKcOff : base + kStageOff + sn1 * kTileB;
-        issue_qk<kF16>(sn, q8, q_a, kb, w);
+        issue_qk<kF16, 16, 2>(sn, q8, q_a, kb, 16 * w, 2 * w);
         if (need_lo) qk_residual<kF16>(slo, p, kb, w, b, h0, lane, wi);
     };
     // ... waited for (with everything else in flight) and stored as warpgroup w's partial of tile
@@ -410,97 +561,15 @@ __device__ __forceinline__ void run_chunk(const MmaDecodeParams &p, const TmaDes
             x[j][0] = y0.x + y1.x, x[j][1] = y0.y + y1.y, x[j][2] = y0.z + y1.z, x[j][3] = y0.w + y1.w;
         }
 
-        // Scores (log2 domain), -inf past s (the tail tile only); the row maxima over the quad.
-        float mx[2] = {neg_inf(), neg_inf()};
-        if (tile * kTile + kTile <= s) {
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    x[j][e] = __fmul_rn(x[j][e], p.qk_eff);
-                    mx[e >> 1] = fmaxf(mx[e >> 1], x[j][e]);
-                }
-        } else {
-            const int t0 = tile * kTile + (lane & 3) * 2;
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    x[j][e] = t0 + 8 * j + (e & 1) < s ? __fmul_rn(x[j][e], p.qk_eff) : neg_inf();
-                    mx[e >> 1] = fmaxf(mx[e >> 1], x[j][e]);
-                }
-        }
-        mx[0] = quad_max(mx[0]), mx[1] = quad_max(mx[1]);
-        // Split bookkeeping (decode_mma.cu's): mu the split's running max, E the exponent O and
-        // L are kept in, M the row's max so far; p unquantized into L.
-        const bool split_start = tile % tps == 0;
-        float f[2] = {1.f, 1.f};
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            if (split_start) mu[h] = neg_inf();
-            const float mn = fmaxf(mu[h], mx[h]);
-            mu[h] = mn;
-            bool use = mn != neg_inf();
-            if (use) {
-                if (E[h] == neg_inf()) {
-                    E[h] = M[h] = mn;
-                } else if (fmaxf(M[h], mn) - mn > mmadec::kSkip) {
-                    use = false;
-                } else {
-                    f[h] = exp2f(E[h] - mn);
-                    E[h] = mn, M[h] = fmaxf(M[h], mn);
-                    L[h] *= f[h];
-                }
-            }
-            // p = 2^(x - mn), 0 for x = -inf and for every key of an unused tile (x - inf); the
-            // flush of subnormal p to 0 changes no quantization code and no sum beyond 2^-126.
-            const float mu_e = use ? mn : __int_as_float(0x7f800000);
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-#pragma unroll
-                for (int e = 2 * h; e < 2 * h + 2; e++) {
-                    const float pj = flashmla::ex2(x[j][e] - mu_e);
-                    L[h] += pj;
-                    x[j][e] = pj;
-                }
-        }
-
-        // P codes (after the row sum) as the A fragments of the two k16 steps: pa[kk] holds keys
-        // [16 kk, +16) (8-key blocks 2 kk and 2 kk + 1), rows r and r + 8.
+        // Scores (log2 domain), -inf past s; the row maxima over the quad.
+        float mx[2];
+        scale_mask(x, tile, s, p.qk_eff, lane, mx);
+        float f[2], mu_e[2];
+        split_step(rs, mx, tile % tps == 0, f, mu_e);
+        L[0] *= f[0], L[1] *= f[1];
+        exp_tile(x, mu_e, L);
         unsigned pa[2][4];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            Nvfp4Scale bs[2] = {{0.f, 0.f, 0.f}, {0.f, 0.f, 0.f}};
-            if constexpr (kP == kNvfp4) {   // blocks of 16 keys: 8-key blocks {0, 1} and {2, 3}
-#pragma unroll
-                for (int j = 0; j < 4; j++)
-#pragma unroll
-                    for (int e = 2 * h; e < 2 * h + 2; e++)
-                        x[j][e] = mmadec::h2f<kF16>(mmadec::f2h<kF16>(x[j][e]));
-#pragma unroll
-                for (int kk = 0; kk < 2; kk++) {
-                    float bam = fmaxf(fmaxf(x[2 * kk][2 * h], x[2 * kk][2 * h + 1]),
-                                      fmaxf(x[2 * kk + 1][2 * h], x[2 * kk + 1][2 * h + 1]));
-                    bam = quad_max(bam);
-                    bs[kk] = nvfp4_scale(bam, p.p_scale, p6, rp6);
-                }
-            }
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const float x0 = x[j][2 * h], x1 = x[j][2 * h + 1];
-                unsigned u;
-                if constexpr (kP == kFp8) {
-                    u = mmadec::fp8_code2<kF16>(x0, x1, p.p_scale, rp);
-                } else if constexpr (kP == kNvfp4) {
-                    const Nvfp4Scale &q = bs[j >> 1];
-                    u = nvfp4_fast(q) ? mmadec::pack2<kF16>(nvfp4_code_fast(x0, q), nvfp4_code_fast(x1, q))
-                                      : mmadec::pack2<kF16>(nvfp4_code(x0, q), nvfp4_code(x1, q));
-                } else {
-                    u = mmadec::pack2<kF16>(x0, x1);
-                }
-                pa[j >> 1][(j & 1) * 2 + h] = u;
-            }
-        }
+        p_codes<kF16, kP>(x, p, rp, p6, rp6, pa);
 
         // V: the tail's rows past s zeroed, V quantized (own columns), then O += P V.
         prepare_v<kF16, kV>(p, smem + kStageOff + st * kTileB, s - tile * kTile, w, wt);
@@ -518,25 +587,163 @@ __device__ __forceinline__ void run_chunk(const MmaDecodeParams &p, const TmaDes
     wgmma_wait_group<0>();
     flashmla::sm90::reg_fence(o);
 
-    // The chunk's partial (E, L, O pv_eff): warpgroup w stores its columns; L is the whole row's
-    // in both (the quad's sum).
+    // L is the whole row's in both warpgroups (the quad's sum).
+    const float l[2] = {quad_sum(L[0]), quad_sum(L[1])};
+    store_partial(p, o, rs.E, l, b, h0, chunk, w, wi, lane);
+}
+
+// K and V not quantized (the kernel's kAlt): tile alternation. Pair j holds tiles a = 2 j (warpgroup 0) and b = 2 j + 1
+// (warpgroup 1); each warpgroup computes the full S of its own tile (issue_qk; q8 the 4 RoPE
+// k16 steps), publishes its row maxima, computes p, its row sums and the P codes of its own tile
+// (into a 64 x 64 128-byte-swizzled P tile in shared memory, keys 0-31 used), and O_w = (O_w f_a
+// + P_a V_a) f_b + P_b V_b over its own columns, both P tiles from shared memory. Both run the split
+// bookkeeping of both tiles in order (identically): warpgroup 0 can do tile a's and its P V
+// before tile b's maxima exist, warpgroup 1 waits for tile a's maxima first, so warpgroup 1's
+// softmax runs under warpgroup 0's P V (named barriers arrived by one warpgroup and waited for by
+// the other: M0, M1, P0, P1, F0, F1). Each warpgroup quantizes/zeroes its own V columns of both
+// tiles in place once the other warpgroup's Q K^T of that tile is done. Each keeps the row sums of
+// its own tile (scaled by the same factors); they are added at the end. 4 raw stages: pair j + 1
+// loads under pair j, issued by warp 0 once warpgroup 1 is done with pair j - 1 (F0). A pair's
+// tile b past the chunk (n odd) is all masked and its V zeroed. Every product is issued and
+// waited for inside one branch of the warpgroup split, or outside it.
+template <bool kF16, int kV, int kP>
+__device__ __forceinline__ void run_pairs(const MmaDecodeParams &p, const TmaDesc &tk,
+                                          unsigned char *smem, const unsigned (&q8)[4][4], int s,
+                                          int t_begin, int n, int tps, int b, int h0, int chunk,
+                                          bool need_lo) {
+    constexpr int kStages = 4;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wi = warp & 3, w = warp >> 2;
+    const int wt = tid & (kWg - 1);
+    const unsigned base = flashmla::smem_addr(smem);
+    const unsigned q_a = base + kQOff, bar0 = base + kBarOff, sp = base + kSOff;
+    float *smx = reinterpret_cast<float *>(smem + kMxOff);
+    const int *bt_row = p.block_table + (long long)b * p.bt_stride;
+    const int s_eff = min(s, (t_begin + n) * kTile);   // keys of the chunk's tiles
+    const int r0 = wi * 16 + (lane >> 2);
+    const int np = (n + 1) / 2;
+    float o[32][4], L[2];
+    RowSplit rs;
+    init_chunk(o, rs, L);
+    const float rp = __frcp_rn(p.p_scale);
+    const float p6 = __fmul_rn(6.f, p.p_scale), rp6 = __frcp_rn(p6);
+    BoxRef nb[2] = {{-1, 0}, {-1, 0}};   // warp 0: the boxes of pair 2's tiles, then of the next
+    if (warp == 0)
+        nb[0] = box_of(p, bt_row, s, t_begin + 4, lane), nb[1] = box_of(p, bt_row, s, t_begin + 5, lane);
+
+    // O += P_t V_t over this warpgroup's columns, P_t the P tile of tile 2 j + t, waited for.
+    auto pv = [&](int t, int j) {
+        const unsigned vb = base + kStageOff + ((2 * j + t) % kStages) * kTileB + w * 4 * kTPiece;
+        wgmma_fence();
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int r = wi * 16 + (lane >> 2) + 8 * h, head = h0 + r;
-        const float l = quad_sum(L[h]);
-        if (head >= p.heads) continue;
-        const long long row = ((long long)b * p.heads + head) * p.slots + chunk;
-        float *acc = p.ws_acc + row * kRank + w * 256 + (lane & 3) * 2;
+        for (int kk = 0; kk < 2; kk++)
+            wgmma_m64n256k16_ss<kF16, 1>(o, wgmma_desc_sw128(sp + t * kQPiece + kk * 32, 16, 1024),
+                                         wgmma_desc_sw128(vb + kk * 16 * 128, kTPiece, 1024), 1);
+        wgmma_commit_group();
+        wgmma_wait_group<0>();
+        flashmla::sm90::reg_fence(o);
+    };
+
+    for (int j = 0; j < np; j++) {
+        const int ti = 2 * j + w, st = ti % kStages, ta = t_begin + 2 * j, tile = ta + w;
+        const unsigned kb = base + kStageOff + st * kTileB;
+        if (ti < n) mbarrier_wait_parity(bar0 + st * 8, (ti / kStages) & 1);
+        float x[4][4], slo[4][4];
+        issue_qk<kF16, 32, 4>(x, q8, q_a, kb, 0, 0);
+        if (need_lo) qk_residual<kF16, true>(slo, p, kb, w, b, h0, lane, wi);
+        wgmma_wait_group<0>();
+        flashmla::sm90::reg_fence(x);
+        if (need_lo) {
 #pragma unroll
-        for (int j = 0; j < 32; j++)
-            *reinterpret_cast<float2 *>(acc + 8 * j) =
-                make_float2(__fmul_rn(o[j][2 * h], p.pv_eff), __fmul_rn(o[j][2 * h + 1], p.pv_eff));
-        if (w == 0 && (lane & 3) == 0) {
-            const bool any = E[h] != neg_inf() && l > 0.f;
-            p.ws_ml[row * 2] = any ? E[h] : neg_inf();
-            p.ws_ml[row * 2 + 1] = any ? l : 0.f;
+            for (int jj = 0; jj < 4; jj++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) x[jj][e] += slo[jj][e];
+        }
+        // Scores (log2 domain), -inf past the chunk's keys; the row maxima.
+        float mx[2];
+        scale_mask(x, tile, s_eff, p.qk_eff, lane, mx);
+        // The other warpgroup is done with this warpgroup's smx / sP of the last pair (and, for
+        // warpgroup 0, with that pair's stages: pair j + 1 loads into them).
+        if (j >= 1) named_barrier_sync(w ? kBarF1 : kBarF0, kThreads);
+        if (warp == 0 && j >= 1) {
+#pragma unroll
+            for (int k = 0; k < 2; k++) {
+                const int tl = 2 * j + 2 + k;
+                if (tl < n) {
+                    issue_tile(p, tk, nb[k], base + kStageOff + (tl % kStages) * kTileB,
+                               bar0 + (tl % kStages) * 8, lane);
+                    nb[k] = box_of(p, bt_row, s, t_begin + tl + 2, lane);
+                }
+            }
+        }
+        if ((lane & 3) == 0) smx[w * kHeads + r0] = mx[0], smx[w * kHeads + r0 + 8] = mx[1];
+        named_barrier_arrive(w ? kBarM1 : kBarM0, kThreads);
+        float fa[2], ea[2], fb[2], eb[2], lw[2] = {0.f, 0.f};
+        unsigned pa[2][4];
+        unsigned char *ptile = smem + kSOff + w * kQPiece;
+        unsigned char *raw_a = smem + kStageOff + ((2 * j) % kStages) * kTileB;
+        unsigned char *raw_b = smem + kStageOff + ((2 * j + 1) % kStages) * kTileB;
+        // This warpgroup's p, row sums and P codes (registers and its P tile).
+        auto own_p = [&](const float (&e)[2]) {
+            exp_tile(x, e, lw);
+            p_codes<kF16, kP>(x, p, rp, p6, rp6, pa);
+#pragma unroll
+            for (int jj = 0; jj < 4; jj++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = r0 + 8 * h;
+                    *reinterpret_cast<unsigned *>(ptile + r * 128 + ((jj ^ (r & 7)) << 4) +
+                                                  (lane & 3) * 4) = pa[jj >> 1][(jj & 1) * 2 + h];
+                }
+            fence_proxy_async_shared();
+            named_barrier_sync(kBarWg + w, kWg);   // this warpgroup's P tile, for its own P V
+        };
+        if (w == 0) {
+            split_step(rs, mx, ta % tps == 0, fa, ea);
+            own_p(ea);
+            named_barrier_arrive(kBarP0, kThreads);
+            prepare_v<kF16, kV>(p, raw_a, s_eff - ta * kTile, w, wt);
+            flashmla::sm90::scale_o(o, fa);
+            flashmla::sm90::reg_fence(o);
+            pv(0, j);
+            named_barrier_sync(kBarM1, kThreads);   // tile b's maxima (and its Q K^T done)
+            const float mxb[2] = {smx[kHeads + r0], smx[kHeads + r0 + 8]};
+            split_step(rs, mxb, (ta + 1) % tps == 0, fb, eb);
+            prepare_v<kF16, kV>(p, raw_b, s_eff - (ta + 1) * kTile, w, wt);
+            named_barrier_sync(kBarP1, kThreads);
+            flashmla::sm90::scale_o(o, fb);
+            flashmla::sm90::reg_fence(o);
+            pv(1, j);
+            if (j + 1 < np) named_barrier_arrive(kBarF1, kThreads);
+#pragma unroll
+            for (int h = 0; h < 2; h++) L[h] = (L[h] * fa[h] + lw[h]) * fb[h];
+        } else {
+            named_barrier_sync(kBarM0, kThreads);   // tile a's maxima (and its Q K^T done)
+            const float mxa[2] = {smx[r0], smx[r0 + 8]};
+            split_step(rs, mxa, ta % tps == 0, fa, ea);
+            split_step(rs, mx, (ta + 1) % tps == 0, fb, eb);
+            own_p(eb);
+            named_barrier_arrive(kBarP1, kThreads);
+            prepare_v<kF16, kV>(p, raw_a, s_eff - ta * kTile, w, wt);
+            prepare_v<kF16, kV>(p, raw_b, s_eff - (ta + 1) * kTile, w, wt);
+            named_barrier_sync(kBarP0, kThreads);
+            flashmla::sm90::scale_o(o, fa);
+            flashmla::sm90::reg_fence(o);
+            pv(0, j);
+            flashmla::sm90::scale_o(o, fb);
+            flashmla::sm90::reg_fence(o);
+            pv(1, j);
+            if (j + 1 < np) named_barrier_arrive(kBarF0, kThreads);
+#pragma unroll
+            for (int h = 0; h < 2; h++) L[h] = L[h] * fa[h] * fb[h] + lw[h];
         }
     }
+    // Row sums: both warpgroups' parts, added in the same order (smx free once both are here).
+    const float lq[2] = {quad_sum(L[0]), quad_sum(L[1])};
+    named_barrier_sync(kBarX, kThreads);
+    if ((lane & 3) == 0) smx[w * kHeads + r0] = lq[0], smx[w * kHeads + r0 + 8] = lq[1];
+    named_barrier_sync(kBarY, kThreads);
+    const float l[2] = {smx[r0] + smx[kHeads + r0], smx[r0 + 8] + smx[kHeads + r0 + 8]};
+    store_partial(p, o, rs.E, l, b, h0, chunk, w, wi, lane);
 }
 
 }  // namespace sm90dec
@@ -593,13 +800,20 @@ __global__ void __launch_bounds__(sm90dec::kThreads, 1) decode_sm90_kernel(
                 mmadec::q_chunk<kF16>(p, b, h0 + r, c, inexact);
         }
     }
-    unsigned q8[2][4];
+    // The structure: tile alternation (run_pairs) with K and V unquantized, else the feature split
+    // (run_chunk; with V quantized it measured faster than the alternation, which quantizes each
+    // V tile in both warpgroups: docs/perf-notes.md, sixth session).
+    constexpr bool kAlt = kK == kNone && kV == kNone;
+    // The RoPE part as A fragments: feature split warpgroup w's two k16 steps, tile alternation all
+    // four.
+    constexpr int kQ8 = kAlt ? 4 : 2;
+    unsigned q8[kQ8][4];
     {
         const int w = tid >> 7, wi = (tid >> 5) & 3, lane = tid & 31;
         const int ra = wi * 16 + (lane >> 2), fb = (lane & 3) * 2;
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
-            const int f = kstep_of(w, 16 + j) * 16 + fb;
+        for (int j = 0; j < kQ8; j++) {
+            const int f = (kAlt ? 32 + j : kstep_of(w, 16 + j)) * 16 + fb;
             q8[j][0] = mmadec::q_pair<kF16>(p, b, h0 + ra, f, inexact);
             q8[j][1] = mmadec::q_pair<kF16>(p, b, h0 + ra + 8, f, inexact);
             q8[j][2] = mmadec::q_pair<kF16>(p, b, h0 + ra, f + 8, inexact);
@@ -608,7 +822,10 @@ __global__ void __launch_bounds__(sm90dec::kThreads, 1) decode_sm90_kernel(
     }
     fence_proxy_async_shared();
     const bool need_lo = __syncthreads_or(inexact) != 0;
-    run_chunk<kF16, kK, kV, kP>(p, tk, smem, q8, s, t_begin, n, tps, b, h0, chunk, need_lo);
+    if constexpr (kAlt)
+        run_pairs<kF16, kV, kP>(p, tk, smem, q8, s, t_begin, n, tps, b, h0, chunk, need_lo);
+    else
+        run_chunk<kF16, kK, kV, kP>(p, tk, smem, q8, s, t_begin, n, tps, b, h0, chunk, need_lo);
 }
 
 }  // namespace fakequant
