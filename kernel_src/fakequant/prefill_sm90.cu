@@ -37,6 +37,7 @@
 #include "fakequant/prefill_mma.cu"
 
 #include "common/mbarrier.cuh"
+#include "common/select.cuh"
 #include "common/wgmma.cuh"
 #include "fakequant/decode_mma_codes.cuh"
 #include "flashmla/ptx.cuh"
@@ -118,6 +119,24 @@ __device__ __forceinline__ Nvfp4Scale nvfp4_scale_nb(float bamax, const QScale &
     return sc;
 }
 
+// decode_mma_codes.cuh's e2m1_mag_fast (the same three cases, so equal to quant.cuh's e2m1_mag
+// for every a >= +0 and NaN) with both roundings computed and one selected: the ternaries there
+// compile to two nested branches per element, on which the lanes of a block diverge.
+__device__ __forceinline__ float e2m1_mag_nb(float a) {
+    unsigned u = __float_as_uint(a);
+    u = (u + 0x1fffffu + ((u >> 22) & 1u)) & 0xffc00000u;
+    return select_lt(a, 1.f, rintf(a * 2.f) * 0.5f, select_lt(a, 6.f, __uint_as_float(u), 6.f));
+}
+
+// The NVFP4 code of element x of a block with scale s: nvfp4_code_fast (decode_mma_codes.cuh)
+// where sb != 0, else 0 (nvfp4_code's value), without branches.
+__device__ __forceinline__ float nvfp4_code_nb(float x, const Nvfp4Scale &s) {
+    const float a = fabsf(x), q0 = __fmul_rn(a, s.rsb);
+    const float q1 = __fmaf_rn(__fmaf_rn(-q0, s.sb, a), s.rsb, q0);
+    const float r = e2m1_mag_nb(q0 == __int_as_float(0x7f800000) ? q0 : q1) * s.sc;
+    return select_ne(s.sb, 0.f, x < 0.f ? -r : r, 0.f);
+}
+
 // NVFP4 codes of a 16-value block of 16-bit inputs in place (decode_mma_codes.cuh: quant.cuh's
 // decisions through reciprocals with one correction step), without branches.
 __device__ __forceinline__ void nvfp4_codes16(float (&v)[16], const QScale &q) {
@@ -126,7 +145,7 @@ __device__ __forceinline__ void nvfp4_codes16(float (&v)[16], const QScale &q) {
     for (int i = 0; i < 16; i++) bamax = fmaxf(bamax, fabsf(v[i]));
     const Nvfp4Scale sc = nvfp4_scale_nb(bamax, q);
 #pragma unroll
-    for (int i = 0; i < 16; i++) v[i] = sc.sb != 0.f ? nvfp4_code_fast(v[i], sc) : 0.f;
+    for (int i = 0; i < 16; i++) v[i] = nvfp4_code_nb(v[i], sc);
 }
 
 // The fp8 codes of a packed pair of 16-bit values, packed in the same type.
@@ -304,7 +323,7 @@ __device__ __forceinline__ void tile_softmax(const float (&s)[8][4], float (&m)[
                 for (int e = 0; e < 2; e++)
 #pragma unroll
                     for (int k = 2 * h; k < 2 * h + 2; k++)
-                        pv[e][k] = sc.sb != 0.f ? nvfp4_code_fast(pv[e][k], sc) : 0.f;
+                        pv[e][k] = nvfp4_code_nb(pv[e][k], sc);
             }
             a[c][0] = pack2<kF16>(pv[0][0], pv[0][1]), a[c][1] = pack2<kF16>(pv[0][2], pv[0][3]);
             a[c][2] = pack2<kF16>(pv[1][0], pv[1][1]), a[c][3] = pack2<kF16>(pv[1][2], pv[1][3]);
