@@ -348,9 +348,9 @@ static int encode_rows_tma(mla_runtime *rt, const DLTensor *t, int f16, CUtensor
     return r == CUDA_SUCCESS;
 }
 
-static mla_status launch_prefill_mma(mla_runtime *rt, const mla_prefill_attention_args *a,
-                                     const pdims *d, double qk_scale, CUstream stream) {
-    mla__fq_prefill_mma_params p = {
+/* The common head of every prefill kernel's parameters for the checked call a. */
+static mla__fq_prefill_common prefill_common(const mla_prefill_attention_args *a, const pdims *d) {
+    return (mla__fq_prefill_common){
         .q = mla__data(a->q), .q_stride_t = mla__stride(a->q, 0), .q_stride_h = mla__stride(a->q, 1),
         .k = mla__data(a->k), .k_stride_t = mla__stride(a->k, 0), .k_stride_h = mla__stride(a->k, 1),
         .v = mla__data(a->v), .v_stride_t = mla__stride(a->v, 0), .v_stride_h = mla__stride(a->v, 1),
@@ -362,6 +362,13 @@ static mla_status launch_prefill_mma(mla_runtime *rt, const mla_prefill_attentio
         .sink = a->dense_sink_tokens, .recent = a->dense_recent_tokens,
         .q_scale = mla__fq_scale(a->q_quant, a->q_amax), .k_scale = mla__fq_scale(a->k_quant, a->k_amax),
         .p_scale = mla__fq_scale(a->p_quant, a->p_amax), .v_scale = mla__fq_scale(a->v_quant, a->v_amax),
+    };
+}
+
+static mla_status launch_prefill_mma(mla_runtime *rt, const mla_prefill_attention_args *a,
+                                     const pdims *d, double qk_scale, CUstream stream) {
+    mla__fq_prefill_mma_params p = {
+        .c = prefill_common(a, d),
         .qk_eff = (float)(qk_scale * code_factor(a->q_quant, a->q_amax) *
                           code_factor(a->k_quant, a->k_amax)),
         .pv_eff = (float)(code_factor(a->p_quant, a->p_amax) * code_factor(a->v_quant, a->v_amax)),
@@ -397,18 +404,7 @@ static mla_status launch_prefill(mla_runtime *rt, const mla_prefill_attention_ar
     double scale = isnan(a->softmax_scale) ? 1.0 / sqrt((double)d->dqk) : (double)a->softmax_scale;
     if (use_mma(rt, a, d)) return launch_prefill_mma(rt, a, d, scale * LOG2E, stream);
     mla__fq_prefill_params p = {
-        .q = mla__data(a->q), .q_stride_t = mla__stride(a->q, 0), .q_stride_h = mla__stride(a->q, 1),
-        .k = mla__data(a->k), .k_stride_t = mla__stride(a->k, 0), .k_stride_h = mla__stride(a->k, 1),
-        .v = mla__data(a->v), .v_stride_t = mla__stride(a->v, 0), .v_stride_h = mla__stride(a->v, 1),
-        .cu_q = mla__data(a->cu_seqlens_q), .cu_k = mla__data(a->cu_seqlens_k),
-        .out = mla__data(a->out), .o_stride_t = mla__stride(a->out, 0),
-        .o_stride_h = mla__stride(a->out, 1), .lse = a->return_lse ? mla__data(a->lse) : 0,
-        .total_q = d->total_q, .batch = d->batch, .heads = d->heads, .kv_heads = d->kv_heads,
-        .dqk = d->dqk, .dv = d->dv, .block_n = a->block_n, .causal = a->causal,
-        .sparsity_n = a->sparsity_n, .sink = a->dense_sink_tokens,
-        .recent = a->dense_recent_tokens, .qk_scale = (float)(scale * LOG2E),
-        .q_scale = mla__fq_scale(a->q_quant, a->q_amax), .k_scale = mla__fq_scale(a->k_quant, a->k_amax),
-        .p_scale = mla__fq_scale(a->p_quant, a->p_amax), .v_scale = mla__fq_scale(a->v_quant, a->v_amax),
+        .c = prefill_common(a, d), .dqk = d->dqk, .dv = d->dv, .qk_scale = (float)(scale * LOG2E),
     };
     mla__spec spec;
     mla__spec_init(&spec, "fakequant_prefill");

@@ -36,25 +36,17 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "fakequant/prefill_common.cuh"
 #include "fakequant/quant.cuh"
 
 namespace mla {
 namespace fakequant {
 
-struct PrefillParams {
-    const void *q;
-    long long q_stride_t, q_stride_h;
-    const void *k;
-    long long k_stride_t, k_stride_h;
-    const void *v;
-    long long v_stride_t, v_stride_h;
-    const int *cu_q, *cu_k;
-    void *out;
-    long long o_stride_t, o_stride_h;
-    float *lse;
-    long long total_q;
-    int batch, heads, kv_heads, dqk, dv, block_n, causal, sparsity_n, sink, recent;
-    float qk_scale, q_scale, k_scale, p_scale, v_scale;
+// The fp32 kernel's parameter block: the common fields, the head dims (run-time here) and the
+// log2-domain score scale.
+struct PrefillParams : PrefillCommon {
+    int dqk, dv;
+    float qk_scale;
 };
 static_assert(sizeof(PrefillParams) == 192, "mirrored by mla__fq_prefill_params");
 

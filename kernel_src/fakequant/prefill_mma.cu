@@ -31,25 +31,16 @@
 
 #include "common/ptx_mma.cuh"
 #include "common/tile16.cuh"
+#include "fakequant/prefill_common.cuh"
 #include "fakequant/quant_code.cuh"
 
 namespace mla {
 namespace fakequant {
 
-struct PrefillMmaParams {
-    const void *q;
-    long long q_stride_t, q_stride_h;
-    const void *k;
-    long long k_stride_t, k_stride_h;
-    const void *v;
-    long long v_stride_t, v_stride_h;
-    const int *cu_q, *cu_k;
-    void *out;
-    long long o_stride_t, o_stride_h;
-    float *lse;
-    long long total_q;
-    int batch, heads, kv_heads, block_n, causal, sparsity_n, sink, recent;
-    float q_scale, k_scale, p_scale, v_scale, qk_eff, pv_eff;
+// The tensor-core kernels' parameter block (this file's and prefill_sm90.cu's): the common
+// fields and the factors of the fp32 products, qk_eff (log2 domain) and pv_eff.
+struct PrefillMmaParams : PrefillCommon {
+    float qk_eff, pv_eff;
 };
 static_assert(sizeof(PrefillMmaParams) == 184, "mirrored by mla__fq_prefill_mma_params");
 
