@@ -99,12 +99,6 @@ __device__ __forceinline__ void qdq_row(const void *src, long long base, int n, 
     }
 }
 
-// The sequence's geometry, read once per CTA.
-struct SeqInfo {
-    long long q0, k0;
-    int q_len, k_len;
-};
-
 // Kq of keys [c0, c0 + 16) of kv head hk into k_s (keys >= k_len as 0).
 template <bool kF16, int kK>
 __device__ __forceinline__ void load_k_chunk(const PrefillParams &p, const SeqInfo &s, int hk,
@@ -234,11 +228,8 @@ __global__ void __launch_bounds__(kPfThreads) prefill_kernel(const PrefillParams
     const int b = blockIdx.z, hk = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float *q_s = q_all + warp * kPfMaxQk, *sc = s_all + warp * kPfMaxBlockN;
     SeqInfo s;
-    s.q0 = p.cu_q[b], s.k0 = p.cu_k[b];
-    s.q_len = p.cu_q[b + 1] - p.cu_q[b], s.k_len = p.cu_k[b + 1] - p.cu_k[b];
-    if (s.q_len <= 0) return;
-    if (s.k_len < 0) s.k_len = 0;
-    const int G = p.heads / p.kv_heads;
+    if (!seq_info(p, b, s)) return;
+    const int G = s.G;
     const long long rows = (long long)s.q_len * G, tiles = (rows + kPfWarps - 1) / kPfWarps;
     for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         long long r = tile * kPfWarps + warp, r_last = min(tile * kPfWarps + kPfWarps, rows) - 1;

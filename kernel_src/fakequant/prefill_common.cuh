@@ -1,5 +1,6 @@
 // Fake-quant MLA prefill: what its three kernels (prefill.cu fp32, prefill_mma.cu mma.sync,
-// prefill_sm90.cu wgmma) share (spec/fakequant.md §2.1-2.3, §4).
+// prefill_sm90.cu wgmma) share: the head of their parameter blocks and the geometry of a
+// sequence of the packed batch (spec/fakequant.md §2.1-2.3, §4).
 #pragma once
 
 namespace mla {
@@ -28,6 +29,27 @@ struct PrefillCommon {
     float q_scale, k_scale, p_scale, v_scale;
 };
 static_assert(sizeof(PrefillCommon) == 176, "mirrored by mla__fq_prefill_common");
+
+// Sequence b of the batch: its first query row q0 and first key k0, its lengths (k_len >= 0),
+// the heads of a kv head's group G = heads / kv_heads, and off = k_len - q_len (causal: key j is
+// visible to query i iff j <= i + off, the queries being the suffix of the key span).
+struct SeqInfo {
+    long long q0, k0;
+    int q_len, k_len, G, off;
+};
+
+// Reads sequence b's geometry into s; false (s then partly read) when the sequence has no
+// queries, and so a CTA of it nothing to do.
+__device__ __forceinline__ bool seq_info(const PrefillCommon &p, int b, SeqInfo &s) {
+    s.q0 = p.cu_q[b], s.k0 = p.cu_k[b];
+    s.q_len = p.cu_q[b + 1] - p.cu_q[b];
+    const int k_len = p.cu_k[b + 1] - p.cu_k[b];
+    if (s.q_len <= 0) return false;
+    s.k_len = max(k_len, 0);
+    s.G = p.heads / p.kv_heads;
+    s.off = s.k_len - s.q_len;
+    return true;
+}
 
 }  // namespace fakequant
 }  // namespace mla

@@ -363,45 +363,40 @@ __global__ void __launch_bounds__(kW * 32, 8 / kW) prefill_mma_kernel(const Pref
     unsigned short *q_s = smem_pm, *k_s = q_s + L::kQ, *v_s = k_s + 2 * L::kK;
     const int b = blockIdx.z, hk = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2;
-    const long long q0 = p.cu_q[b], k0 = p.cu_k[b];
-    const int q_len = p.cu_q[b + 1] - p.cu_q[b];
-    int k_len = p.cu_k[b + 1] - p.cu_k[b];
-    if (q_len <= 0) return;
-    if (k_len < 0) k_len = 0;
-    const int G = p.heads / p.kv_heads;
-    const int rows = q_len * G, tiles = (rows + kPmBM - 1) / kPmBM;
-    const int off = k_len - q_len;   // key j visible to query i iff j <= i + off (causal)
+    SeqInfo seq;
+    if (!seq_info(p, b, seq)) return;
+    const int rows = seq.q_len * seq.G, tiles = (rows + kPmBM - 1) / kPmBM;
     // P tile: the running max moves per block_n keys when P is quantized (block_n <= 64 here)
     const int nb = kP != kNone && p.block_n < kPmBN ? p.block_n / 16 : 4;
     const float neg_inf = pm_neg_inf();
 
     for (int tile = tiles - 1 - (int)blockIdx.x; tile >= 0; tile -= (int)gridDim.x) {
         const int r0 = tile * kPmBM, r_last = min(r0 + kPmBM, rows) - 1;
-        int end = k_len;
-        if (p.causal) end = max(0, min(end, r_last / G + off + 1));
+        int end = seq.k_len;
+        if (p.causal) end = max(0, min(end, r_last / seq.G + seq.off + 1));
         const int n_tiles = (end + kPmBN - 1) / kPmBN;
-        const int i_first = r0 / G;
+        const int i_first = r0 / seq.G;
 
         __syncthreads();   // the previous row tile is done with every buffer
         // Q rows (zero past the last row), then K/V tile 0: group 0
         pm_load_rows<kDqk, kPmThreads>(q_s, L::kQs, p.q, kPmBM,
                            [&](int r) {
                                const int rr = r0 + r;
-                               return (q0 + rr / G) * p.q_stride_t +
-                                      (long long)(hk * G + rr % G) * p.q_stride_h;
+                               return (seq.q0 + rr / seq.G) * p.q_stride_t +
+                                      (long long)(hk * seq.G + rr % seq.G) * p.q_stride_h;
                            },
                            [&](int r) { return r0 + r < rows; });
         auto load_kv = [&](int n, int stage) {
             const int j0 = n * kPmBN;
-            auto valid = [&](int r) { return j0 + r < k_len; };
+            auto valid = [&](int r) { return j0 + r < seq.k_len; };
             pm_load_rows<kDqk, kPmThreads>(k_s + stage * L::kK, L::kQs, p.k, kPmBN,
                                [&](int r) {
-                                   return (k0 + j0 + r) * p.k_stride_t + (long long)hk * p.k_stride_h;
+                                   return (seq.k0 + j0 + r) * p.k_stride_t + (long long)hk * p.k_stride_h;
                                },
                                valid);
             pm_load_rows<kDv, kPmThreads>(v_s + stage * L::kV, L::kVs, p.v, kPmBN,
                               [&](int r) {
-                                  return (k0 + j0 + r) * p.v_stride_t + (long long)hk * p.v_stride_h;
+                                  return (seq.k0 + j0 + r) * p.v_stride_t + (long long)hk * p.v_stride_h;
                               },
                               valid);
         };
@@ -410,7 +405,7 @@ __global__ void __launch_bounds__(kW * 32, 8 / kW) prefill_mma_kernel(const Pref
 
         // Row state: this lane's rows g and g + 8 of the warp's 16.
         const int ra = r0 + warp * 16 + g, rb = ra + 8;
-        const int ia = ra / G, ib = rb / G;   // queries (past the last row: never stored)
+        const int ia = ra / seq.G, ib = rb / seq.G;   // queries (past the last row: never stored)
         float m[2] = {neg_inf, neg_inf}, l[2] = {0.f, 0.f};
         float o[kOn][4];
 #pragma unroll
@@ -454,8 +449,8 @@ __global__ void __launch_bounds__(kW * 32, 8 / kW) prefill_mma_kernel(const Pref
             }
 
             const int j0 = n * kPmBN;
-            const bool masked = j0 + kPmBN > k_len || (p.causal && j0 + kPmBN - 1 > i_first + off);
-            pm_scores<kM>(s, p, j0, masked, ia, ib, k_len, off, q_len);
+            const bool masked = j0 + kPmBN > seq.k_len || (p.causal && j0 + kPmBN - 1 > i_first + seq.off);
+            pm_scores<kM>(s, p, j0, masked, ia, ib, seq.k_len, seq.off, seq.q_len);
 
             // softmax and P V, per 16-key chunk c (keys 16 c .. 16 c + 15 of the tile)
             float mu[2];
@@ -476,7 +471,7 @@ __global__ void __launch_bounds__(kW * 32, 8 / kW) prefill_mma_kernel(const Pref
         }
         cp_async_wait<0>();
 
-        pm_store<kF16, kOn>(p, o, m, l, ra, rows, G, hk, q0);
+        pm_store<kF16, kOn>(p, o, m, l, ra, rows, seq.G, hk, seq.q0);
     }
 }
 
@@ -494,37 +489,32 @@ __global__ void __launch_bounds__(128, 2) prefill_mma2_kernel(const PrefillMmaPa
     unsigned short *q_s = smem_pm, *k_s = q_s + kBM * kQs, *v_s = k_s + kPmBN * kQs;
     const int b = blockIdx.z, hk = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2;
-    const long long q0 = p.cu_q[b], k0 = p.cu_k[b];
-    const int q_len = p.cu_q[b + 1] - p.cu_q[b];
-    int k_len = p.cu_k[b + 1] - p.cu_k[b];
-    if (q_len <= 0) return;
-    if (k_len < 0) k_len = 0;
-    const int G = p.heads / p.kv_heads;
-    const int rows = q_len * G, tiles = (rows + kBM - 1) / kBM;
-    const int off = k_len - q_len;
+    SeqInfo seq;
+    if (!seq_info(p, b, seq)) return;
+    const int rows = seq.q_len * seq.G, tiles = (rows + kBM - 1) / kBM;
     const int nb = kP != kNone && p.block_n < kPmBN ? p.block_n / 16 : 4;
     const float neg_inf = pm_neg_inf();
 
     for (int tile = tiles - 1 - (int)blockIdx.x; tile >= 0; tile -= (int)gridDim.x) {
         const int r0 = tile * kBM, r_last = min(r0 + kBM, rows) - 1;
-        int end = k_len;
-        if (p.causal) end = max(0, min(end, r_last / G + off + 1));
+        int end = seq.k_len;
+        if (p.causal) end = max(0, min(end, r_last / seq.G + seq.off + 1));
         const int n_tiles = (end + kPmBN - 1) / kPmBN;
-        const int i_first = r0 / G;
+        const int i_first = r0 / seq.G;
         auto load_k = [&](int n) {
             const int j0 = n * kPmBN;
             pm_load_rows<kDqk, kThreads>(
                 k_s, kQs, p.k, kPmBN,
-                [&](int r) { return (k0 + j0 + r) * p.k_stride_t + (long long)hk * p.k_stride_h; },
-                [&](int r) { return j0 + r < k_len; });
+                [&](int r) { return (seq.k0 + j0 + r) * p.k_stride_t + (long long)hk * p.k_stride_h; },
+                [&](int r) { return j0 + r < seq.k_len; });
         };
 
         __syncthreads();   // the previous row tile is done with every buffer
         pm_load_rows<kDqk, kThreads>(q_s, kQs, p.q, kBM,
                                      [&](int r) {
                                          const int rr = r0 + r;
-                                         return (q0 + rr / G) * p.q_stride_t +
-                                                (long long)(hk * G + rr % G) * p.q_stride_h;
+                                         return (seq.q0 + rr / seq.G) * p.q_stride_t +
+                                                (long long)(hk * seq.G + rr % seq.G) * p.q_stride_h;
                                      },
                                      [&](int r) { return r0 + r < rows; });
         if (n_tiles > 0) load_k(0);
@@ -547,8 +537,8 @@ __global__ void __launch_bounds__(128, 2) prefill_mma2_kernel(const PrefillMmaPa
                 const int j0 = n * kPmBN;
                 pm_load_rows<kDv, kThreads>(
                     v_s, kVs, p.v, kPmBN,
-                    [&](int r) { return (k0 + j0 + r) * p.v_stride_t + (long long)hk * p.v_stride_h; },
-                    [&](int r) { return j0 + r < k_len; });
+                    [&](int r) { return (seq.k0 + j0 + r) * p.v_stride_t + (long long)hk * p.v_stride_h; },
+                    [&](int r) { return j0 + r < seq.k_len; });
                 cp_async_commit();
             }
             if (n == 0 && kQ != kNone) pm_quant_rows<kF16, kQ, kThreads, kBM, kDqk>(q_s, kQs, p.q_scale);
@@ -580,11 +570,11 @@ __global__ void __launch_bounds__(128, 2) prefill_mma2_kernel(const PrefillMmaPa
                 }
             }
             const int j0 = n * kPmBN;
-            const bool masked = j0 + kPmBN > k_len || (p.causal && j0 + kPmBN - 1 > i_first + off);
+            const bool masked = j0 + kPmBN > seq.k_len || (p.causal && j0 + kPmBN - 1 > i_first + seq.off);
 #pragma unroll
             for (int t = 0; t < 2; t++)
-                pm_scores<kM>(s[t], p, j0, masked, (rw + 16 * t) / G, (rw + 16 * t + 8) / G, k_len, off,
-                              q_len);
+                pm_scores<kM>(s[t], p, j0, masked, (rw + 16 * t) / seq.G, (rw + 16 * t + 8) / seq.G, seq.k_len, seq.off,
+                              seq.q_len);
 
             cp_async_wait<0>();   // V(n) landed for this thread
             __syncthreads();      // ... for every thread; every warp is done with K(n)
@@ -617,7 +607,7 @@ __global__ void __launch_bounds__(128, 2) prefill_mma2_kernel(const PrefillMmaPa
         }
         cp_async_wait<0>();
 #pragma unroll
-        for (int t = 0; t < 2; t++) pm_store<kF16, kOn>(p, o[t], m[t], l[t], rw + 16 * t, rows, G, hk, q0);
+        for (int t = 0; t < 2; t++) pm_store<kF16, kOn>(p, o[t], m[t], l[t], rw + 16 * t, rows, seq.G, hk, seq.q0);
     }
 }
 

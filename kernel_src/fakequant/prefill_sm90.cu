@@ -358,14 +358,9 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
     // the warpgroup, warp-uniform to the compiler (shuffled from lane 0), so that what derives
     // from it (shared-memory addresses, wgmma descriptors) can live in uniform registers
     const int b = blockIdx.z, hk = blockIdx.y, wg = __shfl_sync(0xffffffffu, threadIdx.x / kWg, 0);
-    const long long q0 = p.cu_q[b], k0 = p.cu_k[b];
-    const int q_len = p.cu_q[b + 1] - p.cu_q[b];
-    int k_len = p.cu_k[b + 1] - p.cu_k[b];
-    if (q_len <= 0) return;
-    if (k_len < 0) k_len = 0;
-    const int G = p.heads / p.kv_heads;
-    const int rows = q_len * G, tiles = (rows + 127) / 128;
-    const int off = k_len - q_len;
+    SeqInfo seq;
+    if (!seq_info(p, b, seq)) return;
+    const int rows = seq.q_len * seq.G, tiles = (rows + 127) / 128;
 
     if (threadIdx.x < kS) {
         mbarrier_init(bar_full_k + 8 * threadIdx.x, 1);
@@ -386,12 +381,12 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
             const unsigned long long policy = flashmla::l2_policy_evict_last();
             int it = 0;
             for (int tile = tiles - 1 - (int)blockIdx.x; tile >= 0; tile -= (int)gridDim.x) {
-                const int end = key_end(p, min(tile * 128 + 128, rows) - 1, G, k_len, off);
+                const int end = key_end(p, min(tile * 128 + 128, rows) - 1, seq.G, seq.k_len, seq.off);
                 const int n_tiles = (end + kBN - 1) / kBN;
                 for (int n = 0; n < n_tiles; n++, it++) {
                     const int s = it % kS;
                     mbarrier_wait_parity(bar_empty + 8 * s, ((it / kS) & 1) ^ 1);
-                    const int key = (int)k0 + n * kBN;
+                    const int key = (int)seq.k0 + n * kBN;
                     mbarrier_arrive_expect_tx(bar_full_k + 8 * s, L::kKBytes);
 #pragma unroll
                     for (int c = 0; c < L::kQSlabs; c++)
@@ -408,7 +403,7 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
             const int tid = threadIdx.x - 32;
             int it = 0;
             for (int tile = tiles - 1 - (int)blockIdx.x; tile >= 0; tile -= (int)gridDim.x) {
-                const int end = key_end(p, min(tile * 128 + 128, rows) - 1, G, k_len, off);
+                const int end = key_end(p, min(tile * 128 + 128, rows) - 1, seq.G, seq.k_len, seq.off);
                 const int n_tiles = (end + kBN - 1) / kBN;
                 for (int n = 0; n < n_tiles; n++, it++) {
                     const int s = it % kS;
@@ -423,7 +418,7 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
                     if constexpr (kV != kNone) {
                         mbarrier_wait_parity(bar_full_v + 8 * s, ph);
                         unsigned char *vt = smem + L::kV + s * L::kVBytes;
-                        const int valid = k_len - n * kBN;
+                        const int valid = seq.k_len - n * kBN;
                         if (valid < kBN) {
                             zero_rows<kQuantThreads, kDv>(vt, valid, tid);
                             // every quantizer's zeros land before any reads the tile's groups
@@ -451,11 +446,11 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
     int it = 0;
     for (int tile = tiles - 1 - (int)blockIdx.x; tile >= 0; tile -= (int)gridDim.x) {
         const int r0 = tile * 128, r0w = r0 + 64 * cw;
-        const int end = key_end(p, min(r0 + 128, rows) - 1, G, k_len, off);
+        const int end = key_end(p, min(r0 + 128, rows) - 1, seq.G, seq.k_len, seq.off);
         const int n_tiles = (end + kBN - 1) / kBN;
-        const int end_w = r0w < rows ? key_end(p, min(r0w + 64, rows) - 1, G, k_len, off) : 0;
+        const int end_w = r0w < rows ? key_end(p, min(r0w + 64, rows) - 1, seq.G, seq.k_len, seq.off) : 0;
         const int n_w = (end_w + kBN - 1) / kBN;
-        const int i_first = r0w / G;
+        const int i_first = r0w / seq.G;
 
         // Q rows [r0w, r0w + 64) (zero past the last row) into the warpgroup's slabs
         {
@@ -466,7 +461,7 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
                 const int r = e / kPer, ch = e % kPer, rr = r0w + r;
                 const bool ok = rr < rows;
                 const unsigned short *src =
-                    ok ? gq + (q0 + rr / G) * p.q_stride_t + (long long)(hk * G + rr % G) * p.q_stride_h + ch * 8
+                    ok ? gq + (seq.q0 + rr / seq.G) * p.q_stride_t + (long long)(hk * seq.G + rr % seq.G) * p.q_stride_h + ch * 8
                        : gq;
                 cp_async_16(smem + cw * L::kQBytes + (ch / 8) * kSlab + sw(r, ch % 8), src, ok);
             }
@@ -481,7 +476,7 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
         }
 
         const int ra = r0w + warp * 16 + g, rb = ra + 8;
-        const int ia = ra / G, ib = rb / G;
+        const int ia = ra / seq.G, ib = rb / seq.G;
         float m[2] = {neg_inf, neg_inf}, l[2] = {0.f, 0.f};
         float o[kOn][4];
 #pragma unroll
@@ -505,16 +500,16 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
         // the scores of tile n in sc: scaled, masked, N:M
         auto scores = [&](int n) {
             const int j0 = n * kBN;
-            const bool masked = j0 + kBN > k_len || (p.causal && j0 + kBN - 1 > i_first + off);
-            pm_scores<kM>(sc, p, j0, masked, ia, ib, k_len, off, q_len);
+            const bool masked = j0 + kBN > seq.k_len || (p.causal && j0 + kBN - 1 > i_first + seq.off);
+            pm_scores<kM>(sc, p, j0, masked, ia, ib, seq.k_len, seq.off, seq.q_len);
         };
-        // waits for V of tile n in stage s; rows past k_len belong to another sequence (or lie
+        // waits for V of tile n in stage s; rows past seq.k_len belong to another sequence (or lie
         // past the tensor: zeros): their P is 0, but a non-finite value would still reach O, so
         // they are zeroed (with V quantized, the quantizers did it)
         auto wait_v = [&](int n, int s, unsigned ph) {
             mbarrier_wait_parity(bar_v + 8 * s, ph);
-            if (kV == kNone && n * kBN + kBN > k_len) {
-                zero_rows<kWg, kDv>(smem + L::kV + s * L::kVBytes, k_len - n * kBN, wt);
+            if (kV == kNone && n * kBN + kBN > seq.k_len) {
+                zero_rows<kWg, kDv>(smem + L::kV + s * L::kVBytes, seq.k_len - n * kBN, wt);
                 fence_proxy_async_shared();
                 named_barrier_sync(1 + cw, kWg);
             }
@@ -649,7 +644,7 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
             }
         }
 
-        pm_store<kF16, kOn>(p, o, m, l, ra, rows, G, hk, q0);
+        pm_store<kF16, kOn>(p, o, m, l, ra, rows, seq.G, hk, seq.q0);
     }
 }
 
