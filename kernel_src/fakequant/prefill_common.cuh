@@ -51,5 +51,11 @@ __device__ __forceinline__ bool seq_info(const PrefillCommon &p, int b, SeqInfo 
     return true;
 }
 
+// The keys [0, key_end) that rows [.., r_last] of a (sequence, kv head) attend to (rows: (query,
+// head of the group) pairs, query-major).
+__device__ __forceinline__ int key_end(const PrefillCommon &p, const SeqInfo &seq, int r_last) {
+    return p.causal ? max(0, min(seq.k_len, r_last / seq.G + seq.off + 1)) : seq.k_len;
+}
+
 }  // namespace fakequant
 }  // namespace mla

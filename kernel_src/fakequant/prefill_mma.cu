@@ -196,9 +196,10 @@ __device__ __forceinline__ unsigned pm_nm_keep(float x0, float x1, int n) {
 // n-tiles): scaled by qk_eff, masked (masked: the tile crosses k_len or the causal bound; ia, ib
 // the queries of this lane's rows g and g + 8), N:M with the dense exemptions.
 template <int kM>
-__device__ __forceinline__ void pm_scores(float (&s)[8][4], const PrefillMmaParams &p, int j0,
-                                          bool masked, int ia, int ib, int k_len, int off,
-                                          int q_len) {
+__device__ __forceinline__ void pm_scores(float (&s)[8][4], const PrefillMmaParams &p,
+                                          const SeqInfo &seq, int j0, bool masked, int ia,
+                                          int ib) {
+    const int k_len = seq.k_len, off = seq.off, q_len = seq.q_len;
     const int t4 = threadIdx.x & 3;
     const float neg_inf = pm_neg_inf();
     const float qk = p.qk_eff;
@@ -325,9 +326,9 @@ __device__ __forceinline__ void pm_chunk_p(const float (&s)[8][4], int c, int nb
 // and ra + 8 of the (sequence, kv head) (rows past `rows` are not stored); l is summed over the
 // quad first.
 template <bool kF16, int kOn>
-__device__ __forceinline__ void pm_store(const PrefillMmaParams &p, float (&o)[kOn][4],
-                                         const float (&m)[2], float (&l)[2], int ra, int rows,
-                                         int G, int hk, long long q0) {
+__device__ __forceinline__ void pm_store(const PrefillMmaParams &p, const SeqInfo &seq,
+                                         float (&o)[kOn][4], const float (&m)[2], float (&l)[2],
+                                         int ra, int rows, int hk) {
     const int t4 = threadIdx.x & 3;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -338,17 +339,17 @@ __device__ __forceinline__ void pm_store(const PrefillMmaParams &p, float (&o)[k
     for (int h = 0; h < 2; h++) {
         const int r = ra + 8 * h;
         if (r >= rows) continue;
-        const int i = r / G, head = hk * G + r % G;
+        const int i = r / seq.G, head = hk * seq.G + r % seq.G;
         const float denom = fmaxf(l[h], 1e-6f);
         unsigned *orow = reinterpret_cast<unsigned *>(static_cast<unsigned short *>(p.out) +
-                                                      (q0 + i) * p.o_stride_t +
+                                                      (seq.q0 + i) * p.o_stride_t +
                                                       (long long)head * p.o_stride_h);
 #pragma unroll
         for (int j = 0; j < kOn; j++)
             orow[j * 4 + t4] = pack2<kF16>(__fdiv_rn(__fmul_rn(o[j][2 * h], p.pv_eff), denom),
                                              __fdiv_rn(__fmul_rn(o[j][2 * h + 1], p.pv_eff), denom));
         if (p.lse && t4 == 0)
-            p.lse[(long long)head * p.total_q + q0 + i] =
+            p.lse[(long long)head * p.total_q + seq.q0 + i] =
                 l[h] > 0.f ? kPmLn2 * (m[h] + log2f(l[h])) : pm_neg_inf();
     }
 }
@@ -372,9 +373,7 @@ __global__ void __launch_bounds__(kW * 32, 8 / kW) prefill_mma_kernel(const Pref
 
     for (int tile = tiles - 1 - (int)blockIdx.x; tile >= 0; tile -= (int)gridDim.x) {
         const int r0 = tile * kPmBM, r_last = min(r0 + kPmBM, rows) - 1;
-        int end = seq.k_len;
-        if (p.causal) end = max(0, min(end, r_last / seq.G + seq.off + 1));
-        const int n_tiles = (end + kPmBN - 1) / kPmBN;
+        const int n_tiles = (key_end(p, seq, r_last) + kPmBN - 1) / kPmBN;
         const int i_first = r0 / seq.G;
 
         __syncthreads();   // the previous row tile is done with every buffer
@@ -450,7 +449,7 @@ __global__ void __launch_bounds__(kW * 32, 8 / kW) prefill_mma_kernel(const Pref
 
             const int j0 = n * kPmBN;
             const bool masked = j0 + kPmBN > seq.k_len || (p.causal && j0 + kPmBN - 1 > i_first + seq.off);
-            pm_scores<kM>(s, p, j0, masked, ia, ib, seq.k_len, seq.off, seq.q_len);
+            pm_scores<kM>(s, p, seq, j0, masked, ia, ib);
 
             // softmax and P V, per 16-key chunk c (keys 16 c .. 16 c + 15 of the tile)
             float mu[2];
@@ -471,7 +470,7 @@ __global__ void __launch_bounds__(kW * 32, 8 / kW) prefill_mma_kernel(const Pref
         }
         cp_async_wait<0>();
 
-        pm_store<kF16, kOn>(p, o, m, l, ra, rows, seq.G, hk, seq.q0);
+        pm_store<kF16, kOn>(p, seq, o, m, l, ra, rows, hk);
     }
 }
 
@@ -497,9 +496,7 @@ __global__ void __launch_bounds__(128, 2) prefill_mma2_kernel(const PrefillMmaPa
 
     for (int tile = tiles - 1 - (int)blockIdx.x; tile >= 0; tile -= (int)gridDim.x) {
         const int r0 = tile * kBM, r_last = min(r0 + kBM, rows) - 1;
-        int end = seq.k_len;
-        if (p.causal) end = max(0, min(end, r_last / seq.G + seq.off + 1));
-        const int n_tiles = (end + kPmBN - 1) / kPmBN;
+        const int n_tiles = (key_end(p, seq, r_last) + kPmBN - 1) / kPmBN;
         const int i_first = r0 / seq.G;
         auto load_k = [&](int n) {
             const int j0 = n * kPmBN;
@@ -573,8 +570,8 @@ __global__ void __launch_bounds__(128, 2) prefill_mma2_kernel(const PrefillMmaPa
             const bool masked = j0 + kPmBN > seq.k_len || (p.causal && j0 + kPmBN - 1 > i_first + seq.off);
 #pragma unroll
             for (int t = 0; t < 2; t++)
-                pm_scores<kM>(s[t], p, j0, masked, (rw + 16 * t) / seq.G, (rw + 16 * t + 8) / seq.G, seq.k_len, seq.off,
-                              seq.q_len);
+                pm_scores<kM>(s[t], p, seq, j0, masked, (rw + 16 * t) / seq.G,
+                              (rw + 16 * t + 8) / seq.G);
 
             cp_async_wait<0>();   // V(n) landed for this thread
             __syncthreads();      // ... for every thread; every warp is done with K(n)
@@ -607,7 +604,7 @@ __global__ void __launch_bounds__(128, 2) prefill_mma2_kernel(const PrefillMmaPa
         }
         cp_async_wait<0>();
 #pragma unroll
-        for (int t = 0; t < 2; t++) pm_store<kF16, kOn>(p, o[t], m[t], l[t], rw + 16 * t, rows, seq.G, hk, seq.q0);
+        for (int t = 0; t < 2; t++) pm_store<kF16, kOn>(p, seq, o[t], m[t], l[t], rw + 16 * t, rows, hk);
     }
 }
 

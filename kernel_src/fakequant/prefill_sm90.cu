@@ -242,12 +242,6 @@ __device__ __forceinline__ void zero_rows(unsigned char *t, int first, int tid) 
     }
 }
 
-// The keys a CTA tile (rows [r0, r0 + 128)) or warpgroup slice reads: [0, end).
-__device__ __forceinline__ int key_end(const PrefillMmaParams &p, int r_last, int G, int k_len,
-                                       int off) {
-    return p.causal ? max(0, min(k_len, r_last / G + off + 1)) : k_len;
-}
-
 // O += P V for one 16-key chunk: P as the A fragment, V rows [16 c, 16 c + 16) of the stage
 // through the N-major descriptor (LBO: the next 64-feature slab, SBO: the next 8 keys).
 template <bool kF16, int kDv>
@@ -381,7 +375,7 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
             const unsigned long long policy = flashmla::l2_policy_evict_last();
             int it = 0;
             for (int tile = tiles - 1 - (int)blockIdx.x; tile >= 0; tile -= (int)gridDim.x) {
-                const int end = key_end(p, min(tile * 128 + 128, rows) - 1, seq.G, seq.k_len, seq.off);
+                const int end = key_end(p, seq, min(tile * 128 + 128, rows) - 1);
                 const int n_tiles = (end + kBN - 1) / kBN;
                 for (int n = 0; n < n_tiles; n++, it++) {
                     const int s = it % kS;
@@ -403,7 +397,7 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
             const int tid = threadIdx.x - 32;
             int it = 0;
             for (int tile = tiles - 1 - (int)blockIdx.x; tile >= 0; tile -= (int)gridDim.x) {
-                const int end = key_end(p, min(tile * 128 + 128, rows) - 1, seq.G, seq.k_len, seq.off);
+                const int end = key_end(p, seq, min(tile * 128 + 128, rows) - 1);
                 const int n_tiles = (end + kBN - 1) / kBN;
                 for (int n = 0; n < n_tiles; n++, it++) {
                     const int s = it % kS;
@@ -446,9 +440,9 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
     int it = 0;
     for (int tile = tiles - 1 - (int)blockIdx.x; tile >= 0; tile -= (int)gridDim.x) {
         const int r0 = tile * 128, r0w = r0 + 64 * cw;
-        const int end = key_end(p, min(r0 + 128, rows) - 1, seq.G, seq.k_len, seq.off);
+        const int end = key_end(p, seq, min(r0 + 128, rows) - 1);
         const int n_tiles = (end + kBN - 1) / kBN;
-        const int end_w = r0w < rows ? key_end(p, min(r0w + 64, rows) - 1, seq.G, seq.k_len, seq.off) : 0;
+        const int end_w = r0w < rows ? key_end(p, seq, min(r0w + 64, rows) - 1) : 0;
         const int n_w = (end_w + kBN - 1) / kBN;
         const int i_first = r0w / seq.G;
 
@@ -501,9 +495,9 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
         auto scores = [&](int n) {
             const int j0 = n * kBN;
             const bool masked = j0 + kBN > seq.k_len || (p.causal && j0 + kBN - 1 > i_first + seq.off);
-            pm_scores<kM>(sc, p, j0, masked, ia, ib, seq.k_len, seq.off, seq.q_len);
+            pm_scores<kM>(sc, p, seq, j0, masked, ia, ib);
         };
-        // waits for V of tile n in stage s; rows past seq.k_len belong to another sequence (or lie
+        // waits for V of tile n in stage s; rows past k_len belong to another sequence (or lie
         // past the tensor: zeros): their P is 0, but a non-finite value would still reach O, so
         // they are zeroed (with V quantized, the quantizers did it)
         auto wait_v = [&](int n, int s, unsigned ph) {
@@ -644,7 +638,7 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
             }
         }
 
-        pm_store<kF16, kOn>(p, o, m, l, ra, rows, seq.G, hk, seq.q0);
+        pm_store<kF16, kOn>(p, seq, o, m, l, ra, rows, hk);
     }
 }
 
