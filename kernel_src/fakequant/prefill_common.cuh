@@ -3,6 +3,11 @@
 // sequence of the packed batch (spec/fakequant.md §2.1-2.3, §4).
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "common/softmax.cuh"
+
 namespace mla {
 namespace fakequant {
 
@@ -49,6 +54,14 @@ __device__ __forceinline__ bool seq_info(const PrefillCommon &p, int b, SeqInfo 
     s.G = p.heads / p.kv_heads;
     s.off = s.k_len - s.q_len;
     return true;
+}
+
+// p rounded to the 16-bit data type (float16 when kF16, else bfloat16), in fp32: the carrier of
+// NVFP4 P (spec §2.1).
+template <bool kF16>
+__device__ __forceinline__ float to_carrier(float p) {
+    if constexpr (kF16) return __half2float(__float2half_rn(p));
+    else return __bfloat162float(__float2bfloat16_rn(p));
 }
 
 // The keys [0, key_end) that rows [.., r_last] of a (sequence, kv head) attend to (rows: (query,

@@ -45,7 +45,6 @@ struct PrefillMmaParams : PrefillCommon {
 static_assert(sizeof(PrefillMmaParams) == 184, "mirrored by mla__fq_prefill_mma_params");
 
 constexpr int kPmBN = 64;   // keys of a KV tile
-constexpr float kPmLn2 = 0.6931471805599453f;
 
 // Shared-memory layout (elements of 16 bits): Q [16 warps][dqk + 8], K [2][64][dqk + 8],
 // V [2][64][dv + 8].
@@ -55,15 +54,6 @@ struct PmLayout {
     static constexpr int kQ = 16 * kW * kQs, kK = kPmBN * kQs, kV = kPmBN * kVs;
     static constexpr int kBytes = (kQ + 2 * kK + 2 * kV) * 2;
 };
-
-__device__ __forceinline__ float pm_neg_inf() { return __int_as_float(0xff800000); }
-
-// 2^x (ex2.approx.ftz: results below 2^-126 flush to 0; -inf gives 0).
-__device__ __forceinline__ float pm_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
 
 template <bool kF16>
 __device__ __forceinline__ void pm_mma(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
@@ -87,12 +77,6 @@ template <bool kF16>
 __device__ __forceinline__ unsigned short pm_from_f32(float x) {   // exact for codes
     if constexpr (kF16) return __half_as_ushort(__float2half_rn(x));
     else return __bfloat16_as_ushort(__float2bfloat16_rn(x));
-}
-
-template <bool kF16>
-__device__ __forceinline__ float pm_carrier(float p) {
-    if constexpr (kF16) return __half2float(__float2half_rn(p));
-    else return __bfloat162float(__float2bfloat16_rn(p));
 }
 
 // Codes of the kN rows of a shared tile [kN][stride] of kD features, in place: fp8 elementwise
@@ -201,7 +185,6 @@ __device__ __forceinline__ void pm_scores(float (&s)[8][4], const PrefillMmaPara
                                           int ib) {
     const int k_len = seq.k_len, off = seq.off, q_len = seq.q_len;
     const int t4 = threadIdx.x & 3;
-    const float neg_inf = pm_neg_inf();
     const float qk = p.qk_eff;
     if (masked) {   // one branch per tile, not one per score
         // key j0 + j * 8 + 2 t4 + (e & 1) is kept iff it is < lim of its row (k_len, or the
@@ -214,7 +197,7 @@ __device__ __forceinline__ void pm_scores(float (&s)[8][4], const PrefillMmaPara
             for (int e = 0; e < 4; e++) {
                 const int key = j0 + j * 8 + 2 * t4 + (e & 1);
                 const float x = __fmul_rn(s[j][e], qk);
-                s[j][e] = key < (e < 2 ? lim_a : lim_b) ? x : neg_inf;
+                s[j][e] = key < (e < 2 ? lim_a : lim_b) ? x : neg_inf();
             }
     } else {
 #pragma unroll
@@ -240,7 +223,7 @@ __device__ __forceinline__ void pm_scores(float (&s)[8][4], const PrefillMmaPara
                         const int d = i + off - key;
                         dense = q_len <= 1 || key < p.sink || (d >= 0 && d < p.recent);
                     }
-                    if (!dense && !(keep >> e & 1)) s[j][2 * h + e] = neg_inf;
+                    if (!dense && !(keep >> e & 1)) s[j][2 * h + e] = neg_inf();
                 }
             }
     }
@@ -254,7 +237,7 @@ __device__ __forceinline__ void pm_chunk_exp(const float (&s)[8][4], int c, cons
 #pragma unroll
     for (int e = 0; e < 2; e++)
 #pragma unroll
-        for (int k = 0; k < 4; k++) pv[e][k] = pm_exp2(s[2 * c + e][k] - mu[k >> 1]);
+        for (int k = 0; k < 4; k++) pv[e][k] = exp2_fast(s[2 * c + e][k] - mu[k >> 1]);
 #pragma unroll
     for (int h = 0; h < 2; h++)
         l[h] += (pv[0][2 * h] + pv[0][2 * h + 1]) + (pv[1][2 * h] + pv[1][2 * h + 1]);
@@ -269,9 +252,8 @@ template <bool kF16, int kP, int kOn>
 __device__ __forceinline__ void pm_chunk_p(const float (&s)[8][4], int c, int nb, float (&m)[2],
                                            float (&l)[2], float (&mu)[2], float (&o)[kOn][4],
                                            float p_scale, unsigned (&a)[4]) {
-    const float neg_inf = pm_neg_inf();
     if (c % nb == 0) {   // a new P tile (block_n keys) starts: move the running max
-        float mx[2] = {neg_inf, neg_inf};
+        float mx[2] = {neg_inf(), neg_inf()};
 #pragma unroll
         for (int e = 0; e < 4; e++)
             if (e >= c && e < c + nb)
@@ -281,12 +263,10 @@ __device__ __forceinline__ void pm_chunk_p(const float (&s)[8][4], int c, int nb
                                               fmaxf(s[2 * e + 1][2 * h], s[2 * e + 1][2 * h + 1])));
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-            const float m_new = fmaxf(m[h], mx[h]);
-            mu[h] = m_new == neg_inf ? 0.f : m_new;   // exp2(-inf - mu) = 0
+            const float m_new = fmaxf(m[h], quad_max(mx[h]));
+            mu[h] = m_new == neg_inf() ? 0.f : m_new;   // exp2(-inf - mu) = 0
             if (m_new != m[h]) {
-                const float corr = pm_exp2(m[h] - mu[h]);   // m = -inf: 0
+                const float corr = exp2_fast(m[h] - mu[h]);   // m = -inf: 0
                 l[h] *= corr;
 #pragma unroll
                 for (int j = 0; j < kOn; j++) o[j][2 * h] *= corr, o[j][2 * h + 1] *= corr;
@@ -305,13 +285,11 @@ __device__ __forceinline__ void pm_chunk_p(const float (&s)[8][4], int c, int nb
 #pragma unroll
         for (int e = 0; e < 2; e++)
 #pragma unroll
-            for (int k = 0; k < 4; k++) pv[e][k] = pm_carrier<kF16>(pv[e][k]);
+            for (int k = 0; k < 4; k++) pv[e][k] = to_carrier<kF16>(pv[e][k]);
 #pragma unroll
         for (int h = 0; h < 2; h++) {   // the row's 16 keys: 4 here, 12 in the quad
             float bm = fmaxf(fmaxf(pv[0][2 * h], pv[0][2 * h + 1]), fmaxf(pv[1][2 * h], pv[1][2 * h + 1]));
-            bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 1));
-            bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 2));
-            float sb, e4 = nvfp4_scale_code(bm, p_scale, sb);
+            float sb, e4 = nvfp4_scale_code(quad_max(bm), p_scale, sb);
 #pragma unroll
             for (int e = 0; e < 2; e++)
 #pragma unroll
@@ -331,10 +309,7 @@ __device__ __forceinline__ void pm_store(const PrefillMmaParams &p, const SeqInf
                                          int ra, int rows, int hk) {
     const int t4 = threadIdx.x & 3;
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-    }
+    for (int h = 0; h < 2; h++) l[h] = quad_sum(l[h]);
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int r = ra + 8 * h;
@@ -350,7 +325,7 @@ __device__ __forceinline__ void pm_store(const PrefillMmaParams &p, const SeqInf
                                              __fdiv_rn(__fmul_rn(o[j][2 * h + 1], p.pv_eff), denom));
         if (p.lse && t4 == 0)
             p.lse[(long long)head * p.total_q + seq.q0 + i] =
-                l[h] > 0.f ? kPmLn2 * (m[h] + log2f(l[h])) : pm_neg_inf();
+                l[h] > 0.f ? kLn2 * (m[h] + log2f(l[h])) : neg_inf();
     }
 }
 
@@ -369,7 +344,6 @@ __global__ void __launch_bounds__(kW * 32, 8 / kW) prefill_mma_kernel(const Pref
     const int rows = seq.q_len * seq.G, tiles = (rows + kPmBM - 1) / kPmBM;
     // P tile: the running max moves per block_n keys when P is quantized (block_n <= 64 here)
     const int nb = kP != kNone && p.block_n < kPmBN ? p.block_n / 16 : 4;
-    const float neg_inf = pm_neg_inf();
 
     for (int tile = tiles - 1 - (int)blockIdx.x; tile >= 0; tile -= (int)gridDim.x) {
         const int r0 = tile * kPmBM, r_last = min(r0 + kPmBM, rows) - 1;
@@ -405,7 +379,7 @@ __global__ void __launch_bounds__(kW * 32, 8 / kW) prefill_mma_kernel(const Pref
         // Row state: this lane's rows g and g + 8 of the warp's 16.
         const int ra = r0 + warp * 16 + g, rb = ra + 8;
         const int ia = ra / seq.G, ib = rb / seq.G;   // queries (past the last row: never stored)
-        float m[2] = {neg_inf, neg_inf}, l[2] = {0.f, 0.f};
+        float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
         float o[kOn][4];
 #pragma unroll
         for (int j = 0; j < kOn; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
@@ -492,7 +466,6 @@ __global__ void __launch_bounds__(128, 2) prefill_mma2_kernel(const PrefillMmaPa
     if (!seq_info(p, b, seq)) return;
     const int rows = seq.q_len * seq.G, tiles = (rows + kBM - 1) / kBM;
     const int nb = kP != kNone && p.block_n < kPmBN ? p.block_n / 16 : 4;
-    const float neg_inf = pm_neg_inf();
 
     for (int tile = tiles - 1 - (int)blockIdx.x; tile >= 0; tile -= (int)gridDim.x) {
         const int r0 = tile * kBM, r_last = min(r0 + kBM, rows) - 1;
@@ -522,7 +495,7 @@ __global__ void __launch_bounds__(128, 2) prefill_mma2_kernel(const PrefillMmaPa
         float m[2][2], l[2][2], o[2][kOn][4];
 #pragma unroll
         for (int t = 0; t < 2; t++) {
-            m[t][0] = m[t][1] = neg_inf, l[t][0] = l[t][1] = 0.f;
+            m[t][0] = m[t][1] = neg_inf(), l[t][0] = l[t][1] = 0.f;
 #pragma unroll
             for (int j = 0; j < kOn; j++) o[t][j][0] = o[t][j][1] = o[t][j][2] = o[t][j][3] = 0.f;
         }

@@ -282,18 +282,15 @@ template <bool kF16, int kP>
 __device__ __forceinline__ void tile_softmax(const float (&s)[8][4], float (&m)[2], float (&l)[2],
                                              float (&corr)[2], unsigned (&a)[4][4],
                                              const QScale &ps) {
-    const float neg_inf = pm_neg_inf();
     float mu[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         float mx = fmaxf(s[0][2 * h], s[0][2 * h + 1]);
 #pragma unroll
         for (int j = 1; j < 8; j++) mx = fmaxf(mx, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m[h], mx);
-        mu[h] = m_new == neg_inf ? 0.f : m_new;
-        corr[h] = m_new == m[h] ? 1.f : pm_exp2(m[h] - mu[h]);   // m = -inf: 0
+        const float m_new = fmaxf(m[h], quad_max(mx));
+        mu[h] = m_new == neg_inf() ? 0.f : m_new;
+        corr[h] = m_new == m[h] ? 1.f : exp2_fast(m[h] - mu[h]);   // m = -inf: 0
         l[h] *= corr[h];
         m[h] = m_new;
     }
@@ -305,14 +302,12 @@ __device__ __forceinline__ void tile_softmax(const float (&s)[8][4], float (&m)[
 #pragma unroll
             for (int e = 0; e < 2; e++)
 #pragma unroll
-                for (int k = 0; k < 4; k++) pv[e][k] = pm_carrier<kF16>(pv[e][k]);
+                for (int k = 0; k < 4; k++) pv[e][k] = to_carrier<kF16>(pv[e][k]);
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 float bm = fmaxf(fmaxf(pv[0][2 * h], pv[0][2 * h + 1]),
                                  fmaxf(pv[1][2 * h], pv[1][2 * h + 1]));
-                bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 1));
-                bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 2));
-                const Nvfp4Scale sc = nvfp4_scale_nb(bm, ps);
+                const Nvfp4Scale sc = nvfp4_scale_nb(quad_max(bm), ps);
 #pragma unroll
                 for (int e = 0; e < 2; e++)
 #pragma unroll
@@ -436,7 +431,6 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
     const unsigned q_s = base + cw * L::kQBytes;
     const unsigned bar_k = kK != kNone ? bar_ready_k : bar_full_k;
     const unsigned bar_v = kV != kNone ? bar_ready_v : bar_full_v;
-    const float neg_inf = pm_neg_inf();
     int it = 0;
     for (int tile = tiles - 1 - (int)blockIdx.x; tile >= 0; tile -= (int)gridDim.x) {
         const int r0 = tile * 128, r0w = r0 + 64 * cw;
@@ -471,7 +465,7 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
 
         const int ra = r0w + warp * 16 + g, rb = ra + 8;
         const int ia = ra / seq.G, ib = rb / seq.G;
-        float m[2] = {neg_inf, neg_inf}, l[2] = {0.f, 0.f};
+        float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
         float o[kOn][4];
 #pragma unroll
         for (int j = 0; j < kOn; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
