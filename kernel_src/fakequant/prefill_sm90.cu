@@ -242,6 +242,18 @@ __device__ __forceinline__ void zero_rows(unsigned char *t, int first, int tid) 
     }
 }
 
+// Calls f(n, it) for every KV tile n of every 128-row tile the CTA takes (the consumers' walk:
+// tiles - 1 - x, tiles - 1 - x - gridDim.x, ...), it counting them from 0 (the ring position).
+template <class F>
+__device__ __forceinline__ void for_each_kv_tile(const PrefillMmaParams &p, const SeqInfo &seq,
+                                                 int tiles, int rows, F f) {
+    int it = 0;
+    for (int tile = tiles - 1 - (int)blockIdx.x; tile >= 0; tile -= (int)gridDim.x) {
+        const int n_tiles = (key_end(p, seq, min(tile * 128 + 128, rows) - 1) + kBN - 1) / kBN;
+        for (int n = 0; n < n_tiles; n++, it++) f(n, it);
+    }
+}
+
 // O += P V for one 16-key chunk: P as the A fragment, V rows [16 c, 16 c + 16) of the stage
 // through the N-major descriptor (LBO: the next 64-feature slab, SBO: the next 8 keys).
 template <bool kF16, int kDv>
@@ -368,57 +380,47 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
         setmaxnreg_dec<kRegsLow>();
         if (threadIdx.x == 0) {  // the producer
             const unsigned long long policy = flashmla::l2_policy_evict_last();
-            int it = 0;
-            for (int tile = tiles - 1 - (int)blockIdx.x; tile >= 0; tile -= (int)gridDim.x) {
-                const int end = key_end(p, seq, min(tile * 128 + 128, rows) - 1);
-                const int n_tiles = (end + kBN - 1) / kBN;
-                for (int n = 0; n < n_tiles; n++, it++) {
-                    const int s = it % kS;
-                    mbarrier_wait_parity(bar_empty + 8 * s, ((it / kS) & 1) ^ 1);
-                    const int key = (int)seq.k0 + n * kBN;
-                    mbarrier_arrive_expect_tx(bar_full_k + 8 * s, L::kKBytes);
+            for_each_kv_tile(p, seq, tiles, rows, [&](int n, int it) {
+                const int s = it % kS;
+                mbarrier_wait_parity(bar_empty + 8 * s, ((it / kS) & 1) ^ 1);
+                const int key = (int)seq.k0 + n * kBN;
+                mbarrier_arrive_expect_tx(bar_full_k + 8 * s, L::kKBytes);
 #pragma unroll
-                    for (int c = 0; c < L::kQSlabs; c++)
-                        tma_load_4d(base + L::kK + s * L::kKBytes + c * kSlab, &tk, bar_full_k + 8 * s,
-                                    c * 64, hk, key, 0, policy);
-                    mbarrier_arrive_expect_tx(bar_full_v + 8 * s, L::kVBytes);
+                for (int c = 0; c < L::kQSlabs; c++)
+                    tma_load_4d(base + L::kK + s * L::kKBytes + c * kSlab, &tk, bar_full_k + 8 * s,
+                                c * 64, hk, key, 0, policy);
+                mbarrier_arrive_expect_tx(bar_full_v + 8 * s, L::kVBytes);
 #pragma unroll
-                    for (int c = 0; c < L::kVSlabs; c++)
-                        tma_load_4d(base + L::kV + s * L::kVBytes + c * kSlab, &tv, bar_full_v + 8 * s,
-                                    c * 64, hk, key, 0, policy);
-                }
-            }
+                for (int c = 0; c < L::kVSlabs; c++)
+                    tma_load_4d(base + L::kV + s * L::kVBytes + c * kSlab, &tv, bar_full_v + 8 * s,
+                                c * 64, hk, key, 0, policy);
+            });
         } else if (kQuantKV && threadIdx.x >= 32) {  // the quantizers
             const int tid = threadIdx.x - 32;
-            int it = 0;
-            for (int tile = tiles - 1 - (int)blockIdx.x; tile >= 0; tile -= (int)gridDim.x) {
-                const int end = key_end(p, seq, min(tile * 128 + 128, rows) - 1);
-                const int n_tiles = (end + kBN - 1) / kBN;
-                for (int n = 0; n < n_tiles; n++, it++) {
-                    const int s = it % kS;
-                    const unsigned ph = (it / kS) & 1;
-                    if constexpr (kK != kNone) {
-                        mbarrier_wait_parity(bar_full_k + 8 * s, ph);
-                        quant_rows<kF16, kK, kQuantThreads, kDqk>(smem + L::kK + s * L::kKBytes, tid,
-                                                                  p.k_scale);
-                        fence_proxy_async_shared();
-                        mbarrier_arrive(bar_ready_k + 8 * s);
-                    }
-                    if constexpr (kV != kNone) {
-                        mbarrier_wait_parity(bar_full_v + 8 * s, ph);
-                        unsigned char *vt = smem + L::kV + s * L::kVBytes;
-                        const int valid = seq.k_len - n * kBN;
-                        if (valid < kBN) {
-                            zero_rows<kQuantThreads, kDv>(vt, valid, tid);
-                            // every quantizer's zeros land before any reads the tile's groups
-                            named_barrier_sync(3, kQuantThreads);
-                        }
-                        quant_v<kF16, kV, kQuantThreads, kDv>(vt, tid, p.v_scale);
-                        fence_proxy_async_shared();
-                        mbarrier_arrive(bar_ready_v + 8 * s);
-                    }
+            for_each_kv_tile(p, seq, tiles, rows, [&](int n, int it) {
+                const int s = it % kS;
+                const unsigned ph = (it / kS) & 1;
+                if constexpr (kK != kNone) {
+                    mbarrier_wait_parity(bar_full_k + 8 * s, ph);
+                    quant_rows<kF16, kK, kQuantThreads, kDqk>(smem + L::kK + s * L::kKBytes, tid,
+                                                              p.k_scale);
+                    fence_proxy_async_shared();
+                    mbarrier_arrive(bar_ready_k + 8 * s);
                 }
-            }
+                if constexpr (kV != kNone) {
+                    mbarrier_wait_parity(bar_full_v + 8 * s, ph);
+                    unsigned char *vt = smem + L::kV + s * L::kVBytes;
+                    const int valid = seq.k_len - n * kBN;
+                    if (valid < kBN) {
+                        zero_rows<kQuantThreads, kDv>(vt, valid, tid);
+                        // every quantizer's zeros land before any reads the tile's groups
+                        named_barrier_sync(3, kQuantThreads);
+                    }
+                    quant_v<kF16, kV, kQuantThreads, kDv>(vt, tid, p.v_scale);
+                    fence_proxy_async_shared();
+                    mbarrier_arrive(bar_ready_v + 8 * s);
+                }
+            });
         }
         return;
     }
