@@ -243,6 +243,20 @@ __device__ __forceinline__ void pm_chunk_exp(const float (&s)[8][4], int c, cons
         l[h] += (pv[0][2 * h] + pv[0][2 * h + 1]) + (pv[1][2 * h] + pv[1][2 * h + 1]);
 }
 
+// NVFP4 P of a chunk (this lane's 2 x 4 p, rows h = 0, 1): p rounded to the carrier in place;
+// then pm_p_block_max(pv, h) is the maximum of row h's 16-key block (4 keys here, 12 in the quad).
+template <bool kF16>
+__device__ __forceinline__ void pm_p_carrier(float (&pv)[2][4]) {
+#pragma unroll
+    for (int e = 0; e < 2; e++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) pv[e][k] = to_carrier<kF16>(pv[e][k]);
+}
+__device__ __forceinline__ float pm_p_block_max(const float (&pv)[2][4], int h) {
+    return quad_max(fmaxf(fmaxf(pv[0][2 * h], pv[0][2 * h + 1]),
+                          fmaxf(pv[1][2 * h], pv[1][2 * h + 1])));
+}
+
 // The softmax step of chunk c (keys 16 c .. 16 c + 15 of the tile; c a constant once unrolled)
 // of one m-tile: at the start of a P tile (every nb chunks) the running max m moves over the P
 // tile's scores, rescaling l and o (mu: the max the exponents use, 0 while m is -inf); then p =
@@ -282,14 +296,10 @@ __device__ __forceinline__ void pm_chunk_p(const float (&s)[8][4], int c, int nb
 #pragma unroll
             for (int k = 0; k < 4; k++) pv[e][k] = fp8_code(pv[e][k], p_scale);
     } else if constexpr (kP == kNvfp4) {
+        pm_p_carrier<kF16>(pv);
 #pragma unroll
-        for (int e = 0; e < 2; e++)
-#pragma unroll
-            for (int k = 0; k < 4; k++) pv[e][k] = to_carrier<kF16>(pv[e][k]);
-#pragma unroll
-        for (int h = 0; h < 2; h++) {   // the row's 16 keys: 4 here, 12 in the quad
-            float bm = fmaxf(fmaxf(pv[0][2 * h], pv[0][2 * h + 1]), fmaxf(pv[1][2 * h], pv[1][2 * h + 1]));
-            float sb, e4 = nvfp4_scale_code(quad_max(bm), p_scale, sb);
+        for (int h = 0; h < 2; h++) {
+            float sb, e4 = nvfp4_scale_code(pm_p_block_max(pv, h), p_scale, sb);
 #pragma unroll
             for (int e = 0; e < 2; e++)
 #pragma unroll

@@ -311,15 +311,10 @@ __device__ __forceinline__ void tile_softmax(const float (&s)[8][4], float (&m)[
         float pv[2][4];
         pm_chunk_exp(s, c, mu, l, pv);
         if constexpr (kP == kNvfp4) {
-#pragma unroll
-            for (int e = 0; e < 2; e++)
-#pragma unroll
-                for (int k = 0; k < 4; k++) pv[e][k] = to_carrier<kF16>(pv[e][k]);
+            pm_p_carrier<kF16>(pv);
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                float bm = fmaxf(fmaxf(pv[0][2 * h], pv[0][2 * h + 1]),
-                                 fmaxf(pv[1][2 * h], pv[1][2 * h + 1]));
-                const Nvfp4Scale sc = nvfp4_scale_nb(quad_max(bm), ps);
+                const Nvfp4Scale sc = nvfp4_scale_nb(pm_p_block_max(pv, h), ps);
 #pragma unroll
                 for (int e = 0; e < 2; e++)
 #pragma unroll
