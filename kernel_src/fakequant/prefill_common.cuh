@@ -56,6 +56,12 @@ __device__ __forceinline__ bool seq_info(const PrefillCommon &p, int b, SeqInfo 
     return true;
 }
 
+// The element offset in q of row r of kv head hk's rows: query r / G, head hk G + r % G.
+__device__ __forceinline__ long long q_row_offset(const PrefillCommon &p, const SeqInfo &seq,
+                                                  int hk, int r) {
+    return (seq.q0 + r / seq.G) * p.q_stride_t + (long long)(hk * seq.G + r % seq.G) * p.q_stride_h;
+}
+
 // p rounded to the 16-bit data type (float16 when kF16, else bfloat16), in fp32: the carrier of
 // NVFP4 P (spec §2.1).
 template <bool kF16>

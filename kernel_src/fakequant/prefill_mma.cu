@@ -363,11 +363,7 @@ __global__ void __launch_bounds__(kW * 32, 8 / kW) prefill_mma_kernel(const Pref
         __syncthreads();   // the previous row tile is done with every buffer
         // Q rows (zero past the last row), then K/V tile 0: group 0
         pm_load_rows<kDqk, kPmThreads>(q_s, L::kQs, p.q, kPmBM,
-                           [&](int r) {
-                               const int rr = r0 + r;
-                               return (seq.q0 + rr / seq.G) * p.q_stride_t +
-                                      (long long)(hk * seq.G + rr % seq.G) * p.q_stride_h;
-                           },
+                           [&](int r) { return q_row_offset(p, seq, hk, r0 + r); },
                            [&](int r) { return r0 + r < rows; });
         auto load_kv = [&](int n, int stage) {
             const int j0 = n * kPmBN;
@@ -491,11 +487,7 @@ __global__ void __launch_bounds__(128, 2) prefill_mma2_kernel(const PrefillMmaPa
 
         __syncthreads();   // the previous row tile is done with every buffer
         pm_load_rows<kDqk, kThreads>(q_s, kQs, p.q, kBM,
-                                     [&](int r) {
-                                         const int rr = r0 + r;
-                                         return (seq.q0 + rr / seq.G) * p.q_stride_t +
-                                                (long long)(hk * seq.G + rr % seq.G) * p.q_stride_h;
-                                     },
+                                     [&](int r) { return q_row_offset(p, seq, hk, r0 + r); },
                                      [&](int r) { return r0 + r < rows; });
         if (n_tiles > 0) load_k(0);
         cp_async_commit();

@@ -446,7 +446,7 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
                 const int r = e / kPer, ch = e % kPer, rr = r0w + r;
                 const bool ok = rr < rows;
                 const unsigned short *src =
-                    ok ? gq + (seq.q0 + rr / seq.G) * p.q_stride_t + (long long)(hk * seq.G + rr % seq.G) * p.q_stride_h + ch * 8
+                    ok ? gq + q_row_offset(p, seq, hk, rr) + ch * 8
                        : gq;
                 cp_async_16(smem + cw * L::kQBytes + (ch / 8) * kSlab + sw(r, ch % 8), src, ok);
             }
