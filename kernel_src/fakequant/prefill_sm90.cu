@@ -125,7 +125,7 @@ __device__ __forceinline__ Nvfp4Scale nvfp4_scale_nb(float bamax, const QScale &
 __device__ __forceinline__ float e2m1_mag_nb(float a) {
     unsigned u = __float_as_uint(a);
     u = (u + 0x1fffffu + ((u >> 22) & 1u)) & 0xffc00000u;
-    return select_lt(a, 1.f, rintf(a * 2.f) * 0.5f, select_lt(a, 6.f, __uint_as_float(u), 6.f));
+    return select(a < 1.f, rintf(a * 2.f) * 0.5f, select(a < 6.f, __uint_as_float(u), 6.f));
 }
 
 // The NVFP4 code of element x of a block with scale s: nvfp4_code_fast (decode_mma_codes.cuh)
@@ -134,7 +134,7 @@ __device__ __forceinline__ float nvfp4_code_nb(float x, const Nvfp4Scale &s) {
     const float a = fabsf(x), q0 = __fmul_rn(a, s.rsb);
     const float q1 = __fmaf_rn(__fmaf_rn(-q0, s.sb, a), s.rsb, q0);
     const float r = e2m1_mag_nb(q0 == __int_as_float(0x7f800000) ? q0 : q1) * s.sc;
-    return select_ne(s.sb, 0.f, x < 0.f ? -r : r, 0.f);
+    return select(s.sb != 0.f, x < 0.f ? -r : r, 0.f);
 }
 
 // NVFP4 codes of a 16-value block of 16-bit inputs in place (decode_mma_codes.cuh: quant.cuh's
