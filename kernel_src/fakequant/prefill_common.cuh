@@ -1,6 +1,7 @@
 // Fake-quant MLA prefill: what its three kernels (prefill.cu fp32, prefill_mma.cu mma.sync,
-// prefill_sm90.cu wgmma) share: the head of their parameter blocks and the geometry of a
-// sequence of the packed batch (spec/fakequant.md §2.1-2.3, §4).
+// prefill_sm90.cu wgmma) share (spec/fakequant.md §2.1-2.3, §4): the head of their parameter
+// blocks, the geometry of a sequence of the packed batch, the keys a range of rows attends to,
+// the q offset of a row, and the NVFP4 P carrier.
 #pragma once
 
 #include <cuda_bf16.h>
