@@ -153,7 +153,10 @@ _Static_assert(sizeof(mla__fq_decode_mma_params) == 136, "mirror of MmaDecodePar
 #define MLA__FQ_PREFILL_ROWS 8
 #define MLA__FQ_PREFILL_SMEM ((8 * 576 + 16 * 577 + 16 * 512 + 8 * 256) * 4)
 
-typedef struct mla__fq_prefill_params {
+/* The fields every prefill kernel's parameter block starts with (kernel_src/fakequant/
+ * prefill_common.cuh PrefillCommon): buffers, element strides, batch shape, masks, N:M and the
+ * four per-tensor scales. */
+typedef struct mla__fq_prefill_common {
     CUdeviceptr q;
     long long q_stride_t, q_stride_h;
     CUdeviceptr k;
@@ -164,8 +167,16 @@ typedef struct mla__fq_prefill_params {
     long long o_stride_t, o_stride_h;
     CUdeviceptr lse;
     long long total_q;
-    int batch, heads, kv_heads, dqk, dv, block_n, causal, sparsity_n, sink, recent;
-    float qk_scale, q_scale, k_scale, p_scale, v_scale;
+    int batch, heads, kv_heads, block_n, causal, sparsity_n, sink, recent;
+    float q_scale, k_scale, p_scale, v_scale;
+} mla__fq_prefill_common;
+
+_Static_assert(sizeof(mla__fq_prefill_common) == 176, "mirror of PrefillCommon");
+
+typedef struct mla__fq_prefill_params {
+    mla__fq_prefill_common c;
+    int dqk, dv;
+    float qk_scale;
 } mla__fq_prefill_params;
 
 _Static_assert(sizeof(mla__fq_prefill_params) == 192, "mirror of PrefillParams");
@@ -181,18 +192,8 @@ _Static_assert(sizeof(mla__fq_prefill_params) == 192, "mirror of PrefillParams")
                   : (16 * (w) * ((dqk) + 8) + 2 * 64 * ((dqk) + 8) + 2 * 64 * ((dv) + 8)) * 2)
 
 typedef struct mla__fq_prefill_mma_params {
-    CUdeviceptr q;
-    long long q_stride_t, q_stride_h;
-    CUdeviceptr k;
-    long long k_stride_t, k_stride_h;
-    CUdeviceptr v;
-    long long v_stride_t, v_stride_h;
-    CUdeviceptr cu_q, cu_k, out;
-    long long o_stride_t, o_stride_h;
-    CUdeviceptr lse;
-    long long total_q;
-    int batch, heads, kv_heads, block_n, causal, sparsity_n, sink, recent;
-    float q_scale, k_scale, p_scale, v_scale, qk_eff, pv_eff;
+    mla__fq_prefill_common c;
+    float qk_eff, pv_eff;
 } mla__fq_prefill_mma_params;
 
 _Static_assert(sizeof(mla__fq_prefill_mma_params) == 184, "mirror of PrefillMmaParams");

@@ -1,6 +1,7 @@
 /* Fake-quant MLA prefill: the kind builders of kernel_src/fakequant/prefill.cu (fp32, every
- * shape) and prefill_mma.cu (tensor cores, where use_mma says it applies), argument checks (spec
- * §4, with the upstream messages), the shape helper and dispatch of mla_prefill_attention. */
+ * shape), prefill_mma.cu (mma.sync, where use_mma says it applies) and prefill_sm90.cu (wgmma,
+ * where use_sm90 does), argument checks (spec §4, with the upstream messages), the shape helper
+ * and dispatch of mla_prefill_attention. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -13,86 +14,79 @@
 #define MAX_GRID_YZ 65535
 #define MAX_GRID_X 65535
 
-mla_status mla__fakequant_prefill_build(const mla__spec *spec, char *name_expr, size_t size,
-                                        mla__launch_info *launch) {
-    static const char *const names[] = {"dtype", "q_quant", "k_quant", "p_quant", "v_quant",
-                                        "sparsity_m"};
-    static const long long max[] = {1, 2, 2, 2, 2, 8};
-    MLA_FORWARD_IF_ERROR(mla__fq_check_params(spec, names, max, 6));
-    long long m = spec->params[5].value;
-    MLA_ARG_CHECK(m == 0 || m == 4 || m == 8, "%s: sparsity_m: expected 0 (off), 4 or 8, got %lld",
-                  spec->kernel, m);
-    int n = snprintf(name_expr, size, "mla::fakequant::prefill_kernel<%s, %lld, %lld, %lld, %lld, "
-                     "%lld>", spec->params[0].value ? "true" : "false", spec->params[1].value,
-                     spec->params[2].value, spec->params[3].value, spec->params[4].value, m);
-    MLA_RETURN_ERROR_IF(n < 0 || (size_t)n >= size, MLA_ERR_INTERNAL,
-                        "%s: name expression buffer of %zu bytes too small", spec->kernel, size);
-    launch->threads = MLA__FQ_THREADS;
-    launch->dynamic_smem = MLA__FQ_PREFILL_SMEM;
-    launch->cluster = 1;
-    return MLA_OK;
-}
+/* The parameters of the prefill kinds, each kind's a prefix: "fakequant_prefill" the first 6,
+ * "fakequant_prefill_sm90" 8, "fakequant_prefill_mma" all 10 (runtime/spec.c), and their bounds. */
+static const char *const kind_params[] = {"dtype", "q_quant", "k_quant", "p_quant", "v_quant",
+                                          "sparsity_m", "dqk", "dv", "warps", "rows_per_warp"};
+static const long long kind_max[] = {1, 2, 2, 2, 2, 8, 192, 128, 8, 32};
 
 /* The head dims the tensor-core prefill is specialized for. */
 static int mma_dqk_ok(long long d) { return d == 64 || d == 128 || d == 192; }
 static int mma_dv_ok(long long d) { return d == 32 || d == 64 || d == 128; }
+/* The head dims of the wgmma prefill (V in whole 64-feature slabs). */
+static int sm90_dv_ok(long long d) { return d == 64 || d == 128; }
 
-mla_status mla__fakequant_prefill_mma_build(const mla__spec *spec, char *name_expr, size_t size,
-                                            mla__launch_info *launch) {
-    static const char *const names[] = {"dtype", "q_quant", "k_quant", "p_quant", "v_quant",
-                                        "sparsity_m", "dqk", "dv", "warps", "rows_per_warp"};
-    static const long long max[] = {1, 2, 2, 2, 2, 8, 192, 128, 8, 32};
-    MLA_FORWARD_IF_ERROR(mla__fq_check_params(spec, names, max, 10));
-    long long m = spec->params[5].value, dqk = spec->params[6].value, dv = spec->params[7].value;
-    long long w = spec->params[8].value, rows = spec->params[9].value;
+/* Checks that spec has the first n kind_params in their bounds, sparsity_m 0, 4 or 8 and, with
+ * n > 6, the tensor-core kernels' dqk and dv (dv_ok). */
+static mla_status check_kind(const mla__spec *spec, int n, int (*dv_ok)(long long)) {
+    MLA_FORWARD_IF_ERROR(mla__fq_check_params(spec, kind_params, kind_max, n));
+    long long m = spec->params[5].value;
     MLA_ARG_CHECK(m == 0 || m == 4 || m == 8, "%s: sparsity_m: expected 0 (off), 4 or 8, got %lld",
                   spec->kernel, m);
+    if (n == 6) return MLA_OK;
+    long long dqk = spec->params[6].value, dv = spec->params[7].value;
     MLA_ARG_CHECK(mma_dqk_ok(dqk), "%s: dqk: expected 64, 128 or 192, got %lld", spec->kernel, dqk);
-    MLA_ARG_CHECK(mma_dv_ok(dv), "%s: dv: expected 32, 64 or 128, got %lld", spec->kernel, dv);
-    MLA_ARG_CHECK((rows == 16 && (w == 4 || w == 8)) || (rows == 32 && w == 4), "%s: warps and "
-                  "rows_per_warp: expected 4 and 16, 8 and 16 or 4 and 32, got %lld and %lld",
-                  spec->kernel, w, rows);
-    int n = rows == 32
-                ? snprintf(name_expr, size, "mla::fakequant::prefill_mma2_kernel<%s, %lld, %lld, "
-                           "%lld, %lld, %lld, %lld, %lld>", spec->params[0].value ? "true" : "false",
-                           spec->params[1].value, spec->params[2].value, spec->params[3].value,
-                           spec->params[4].value, m, dqk, dv)
-                : snprintf(name_expr, size, "mla::fakequant::prefill_mma_kernel<%s, %lld, %lld, "
-                           "%lld, %lld, %lld, %lld, %lld, %lld>", spec->params[0].value ? "true"
-                           : "false", spec->params[1].value, spec->params[2].value,
-                           spec->params[3].value, spec->params[4].value, m, dqk, dv, w);
+    MLA_ARG_CHECK(dv_ok(dv), "%s: dv: expected %s, got %lld", spec->kernel,
+                  dv_ok == sm90_dv_ok ? "64 or 128" : "32, 64 or 128", dv);
+    return MLA_OK;
+}
+
+/* name_expr = "mla::fakequant::<kernel><dtype as bool, the next count - 1 spec values>" and the
+ * launch needs. */
+static mla_status set_kernel(const mla__spec *spec, const char *kernel, int count,
+                             char *name_expr, size_t size, int threads, int smem,
+                             mla__launch_info *launch) {
+    int n = snprintf(name_expr, size, "mla::fakequant::%s<%s", kernel,
+                     spec->params[0].value ? "true" : "false");
+    for (int i = 1; i <= count && n >= 0 && (size_t)n < size; i++)
+        n += i < count ? snprintf(name_expr + n, size - (size_t)n, ", %lld", spec->params[i].value)
+                       : snprintf(name_expr + n, size - (size_t)n, ">");
     MLA_RETURN_ERROR_IF(n < 0 || (size_t)n >= size, MLA_ERR_INTERNAL,
                         "%s: name expression buffer of %zu bytes too small", spec->kernel, size);
-    launch->threads = (int)w * 32;
-    launch->dynamic_smem = MLA__FQ_PREFILL_MMA_SMEM((int)dqk, (int)dv, (int)w, (int)rows);
+    launch->threads = threads;
+    launch->dynamic_smem = smem;
     launch->cluster = 1;
     return MLA_OK;
 }
 
-/* The head dims of the wgmma prefill (V in whole 64-feature slabs). */
-static int sm90_dv_ok(long long d) { return d == 64 || d == 128; }
+mla_status mla__fakequant_prefill_build(const mla__spec *spec, char *name_expr, size_t size,
+                                        mla__launch_info *launch) {
+    MLA_FORWARD_IF_ERROR(check_kind(spec, 6, NULL));
+    return set_kernel(spec, "prefill_kernel", 6, name_expr, size, MLA__FQ_THREADS,
+                      MLA__FQ_PREFILL_SMEM, launch);
+}
+
+mla_status mla__fakequant_prefill_mma_build(const mla__spec *spec, char *name_expr, size_t size,
+                                            mla__launch_info *launch) {
+    MLA_FORWARD_IF_ERROR(check_kind(spec, 10, mma_dv_ok));
+    long long w = spec->params[8].value, rows = spec->params[9].value;
+    MLA_ARG_CHECK((rows == 16 && (w == 4 || w == 8)) || (rows == 32 && w == 4), "%s: warps and "
+                  "rows_per_warp: expected 4 and 16, 8 and 16 or 4 and 32, got %lld and %lld",
+                  spec->kernel, w, rows);
+    int dqk = (int)spec->params[6].value, dv = (int)spec->params[7].value;
+    /* 32 rows per warp: prefill_mma2_kernel (4 warps, no warps parameter) */
+    return set_kernel(spec, rows == 32 ? "prefill_mma2_kernel" : "prefill_mma_kernel",
+                      rows == 32 ? 8 : 9, name_expr, size, (int)w * 32,
+                      MLA__FQ_PREFILL_MMA_SMEM(dqk, dv, (int)w, (int)rows), launch);
+}
 
 mla_status mla__fakequant_prefill_sm90_build(const mla__spec *spec, char *name_expr, size_t size,
                                              mla__launch_info *launch) {
-    static const char *const names[] = {"dtype", "q_quant", "k_quant", "p_quant", "v_quant",
-                                        "sparsity_m", "dqk", "dv"};
-    static const long long max[] = {1, 2, 2, 2, 2, 8, 192, 128};
-    MLA_FORWARD_IF_ERROR(mla__fq_check_params(spec, names, max, 8));
-    long long m = spec->params[5].value, dqk = spec->params[6].value, dv = spec->params[7].value;
-    MLA_ARG_CHECK(m == 0 || m == 4 || m == 8, "%s: sparsity_m: expected 0 (off), 4 or 8, got %lld",
-                  spec->kernel, m);
-    MLA_ARG_CHECK(mma_dqk_ok(dqk), "%s: dqk: expected 64, 128 or 192, got %lld", spec->kernel, dqk);
-    MLA_ARG_CHECK(sm90_dv_ok(dv), "%s: dv: expected 64 or 128, got %lld", spec->kernel, dv);
-    int n = snprintf(name_expr, size, "mla::fakequant::prefill_sm90_kernel<%s, %lld, %lld, %lld, "
-                     "%lld, %lld, %lld, %lld>", spec->params[0].value ? "true" : "false",
-                     spec->params[1].value, spec->params[2].value, spec->params[3].value,
-                     spec->params[4].value, m, dqk, dv);
-    MLA_RETURN_ERROR_IF(n < 0 || (size_t)n >= size, MLA_ERR_INTERNAL,
-                        "%s: name expression buffer of %zu bytes too small", spec->kernel, size);
-    launch->threads = MLA__FQ_PREFILL_SM90_THREADS;
-    launch->dynamic_smem = mla__fq_prefill_sm90_smem((int)dqk, (int)dv);
-    launch->cluster = 1;
-    return MLA_OK;
+    MLA_FORWARD_IF_ERROR(check_kind(spec, 8, sm90_dv_ok));
+    return set_kernel(spec, "prefill_sm90_kernel", 8, name_expr, size,
+                      MLA__FQ_PREFILL_SM90_THREADS,
+                      mla__fq_prefill_sm90_smem((int)spec->params[6].value,
+                                                (int)spec->params[7].value), launch);
 }
 
 void mla_prefill_attention_args_init(mla_prefill_attention_args *args) {
@@ -275,16 +269,21 @@ static int use_mma(const mla_runtime *rt, const mla_prefill_attention_args *a, c
  * or the nvfp4 global scale, 1 for mode none. */
 static double code_factor(int mode, float amax) { return mode ? (double)mla__fq_scale(mode, amax) : 1.0; }
 
-/* The parameters both prefill kinds start with: dtype, the four quantization modes and
- * sparsity_m (0 when the call is dense). */
-static mla_status add_quant_params(mla__spec *spec, const mla_prefill_attention_args *a,
-                                   const pdims *d) {
+/* spec = kind with the parameters every prefill kind starts with: dtype, the four quantization
+ * modes and sparsity_m (0 when the call is dense); then, with dims, the tensor-core kinds' dqk
+ * and dv. */
+static mla_status prefill_spec(mla__spec *spec, const char *kind,
+                               const mla_prefill_attention_args *a, const pdims *d, int dims) {
+    mla__spec_init(spec, kind);
     MLA_FORWARD_IF_ERROR(mla__spec_add(spec, "dtype", d->f16));
     MLA_FORWARD_IF_ERROR(mla__spec_add(spec, "q_quant", a->q_quant));
     MLA_FORWARD_IF_ERROR(mla__spec_add(spec, "k_quant", a->k_quant));
     MLA_FORWARD_IF_ERROR(mla__spec_add(spec, "p_quant", a->p_quant));
     MLA_FORWARD_IF_ERROR(mla__spec_add(spec, "v_quant", a->v_quant));
-    return mla__spec_add(spec, "sparsity_m", a->sparsity_n != 0 ? a->sparsity_m : 0);
+    MLA_FORWARD_IF_ERROR(mla__spec_add(spec, "sparsity_m", a->sparsity_n != 0 ? a->sparsity_m : 0));
+    if (!dims) return MLA_OK;
+    MLA_FORWARD_IF_ERROR(mla__spec_add(spec, "dqk", d->dqk));
+    return mla__spec_add(spec, "dv", d->dv);
 }
 
 /* Launches k with its parameters args on a grid of (CTA row tiles of the longest request,
@@ -348,9 +347,9 @@ static int encode_rows_tma(mla_runtime *rt, const DLTensor *t, int f16, CUtensor
     return r == CUDA_SUCCESS;
 }
 
-static mla_status launch_prefill_mma(mla_runtime *rt, const mla_prefill_attention_args *a,
-                                     const pdims *d, double qk_scale, CUstream stream) {
-    mla__fq_prefill_mma_params p = {
+/* The common head of every prefill kernel's parameters for the checked call a. */
+static mla__fq_prefill_common prefill_common(const mla_prefill_attention_args *a, const pdims *d) {
+    return (mla__fq_prefill_common){
         .q = mla__data(a->q), .q_stride_t = mla__stride(a->q, 0), .q_stride_h = mla__stride(a->q, 1),
         .k = mla__data(a->k), .k_stride_t = mla__stride(a->k, 0), .k_stride_h = mla__stride(a->k, 1),
         .v = mla__data(a->v), .v_stride_t = mla__stride(a->v, 0), .v_stride_h = mla__stride(a->v, 1),
@@ -362,34 +361,36 @@ static mla_status launch_prefill_mma(mla_runtime *rt, const mla_prefill_attentio
         .sink = a->dense_sink_tokens, .recent = a->dense_recent_tokens,
         .q_scale = mla__fq_scale(a->q_quant, a->q_amax), .k_scale = mla__fq_scale(a->k_quant, a->k_amax),
         .p_scale = mla__fq_scale(a->p_quant, a->p_amax), .v_scale = mla__fq_scale(a->v_quant, a->v_amax),
+    };
+}
+
+static mla_status launch_prefill_mma(mla_runtime *rt, const mla_prefill_attention_args *a,
+                                     const pdims *d, double qk_scale, CUstream stream) {
+    mla__fq_prefill_mma_params p = {
+        .c = prefill_common(a, d),
         .qk_eff = (float)(qk_scale * code_factor(a->q_quant, a->q_amax) *
                           code_factor(a->k_quant, a->k_amax)),
         .pv_eff = (float)(code_factor(a->p_quant, a->p_amax) * code_factor(a->v_quant, a->v_amax)),
     };
-    mla__spec spec;
     CUtensorMap tk, tv;
-    if (use_sm90(rt, a, d) && encode_rows_tma(rt, a->k, d->f16, &tk) &&
-        encode_rows_tma(rt, a->v, d->f16, &tv)) {
-        mla__spec_init(&spec, "fakequant_prefill_sm90");
-        MLA_FORWARD_IF_ERROR(add_quant_params(&spec, a, d));
-        MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "dqk", d->dqk));
-        MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "dv", d->dv));
-        const mla__kernel *k = NULL;
-        MLA_FORWARD_IF_ERROR(mla__get_kernel(rt, &spec, &k));
-        void *args[] = {&p, &tk, &tv};
-        return launch_grid(rt, k, a, d, MLA__FQ_PREFILL_SM90_ROWS, args, stream);
+    const int sm90 = use_sm90(rt, a, d) && encode_rows_tma(rt, a->k, d->f16, &tk) &&
+                     encode_rows_tma(rt, a->v, d->f16, &tv);
+    mla__spec spec;
+    MLA_FORWARD_IF_ERROR(prefill_spec(&spec, sm90 ? "fakequant_prefill_sm90"
+                                                  : "fakequant_prefill_mma", a, d, 1));
+    const int warps = rt->fakequant_prefill_warps ? rt->fakequant_prefill_warps
+                                                  : MLA__FQ_PREFILL_MMA_WARPS;
+    const int rows = rt->fakequant_prefill_rows ? rt->fakequant_prefill_rows
+                                                : MLA__FQ_PREFILL_MMA_ROWS;
+    if (!sm90) {
+        MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "warps", warps));
+        MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "rows_per_warp", rows));
     }
-    mla__spec_init(&spec, "fakequant_prefill_mma");
-    MLA_FORWARD_IF_ERROR(add_quant_params(&spec, a, d));
-    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "dqk", d->dqk));
-    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "dv", d->dv));
-    int warps = rt->fakequant_prefill_warps ? rt->fakequant_prefill_warps : MLA__FQ_PREFILL_MMA_WARPS;
-    int rows = rt->fakequant_prefill_rows ? rt->fakequant_prefill_rows : MLA__FQ_PREFILL_MMA_ROWS;
-    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "warps", warps));
-    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "rows_per_warp", rows));
     const mla__kernel *k = NULL;
     MLA_FORWARD_IF_ERROR(mla__get_kernel(rt, &spec, &k));
-    return launch_tiles(rt, k, a, d, (long long)warps * rows, &p, stream);
+    if (!sm90) return launch_tiles(rt, k, a, d, (long long)warps * rows, &p, stream);
+    void *args[] = {&p, &tk, &tv};
+    return launch_grid(rt, k, a, d, MLA__FQ_PREFILL_SM90_ROWS, args, stream);
 }
 
 static mla_status launch_prefill(mla_runtime *rt, const mla_prefill_attention_args *a,
@@ -397,22 +398,10 @@ static mla_status launch_prefill(mla_runtime *rt, const mla_prefill_attention_ar
     double scale = isnan(a->softmax_scale) ? 1.0 / sqrt((double)d->dqk) : (double)a->softmax_scale;
     if (use_mma(rt, a, d)) return launch_prefill_mma(rt, a, d, scale * LOG2E, stream);
     mla__fq_prefill_params p = {
-        .q = mla__data(a->q), .q_stride_t = mla__stride(a->q, 0), .q_stride_h = mla__stride(a->q, 1),
-        .k = mla__data(a->k), .k_stride_t = mla__stride(a->k, 0), .k_stride_h = mla__stride(a->k, 1),
-        .v = mla__data(a->v), .v_stride_t = mla__stride(a->v, 0), .v_stride_h = mla__stride(a->v, 1),
-        .cu_q = mla__data(a->cu_seqlens_q), .cu_k = mla__data(a->cu_seqlens_k),
-        .out = mla__data(a->out), .o_stride_t = mla__stride(a->out, 0),
-        .o_stride_h = mla__stride(a->out, 1), .lse = a->return_lse ? mla__data(a->lse) : 0,
-        .total_q = d->total_q, .batch = d->batch, .heads = d->heads, .kv_heads = d->kv_heads,
-        .dqk = d->dqk, .dv = d->dv, .block_n = a->block_n, .causal = a->causal,
-        .sparsity_n = a->sparsity_n, .sink = a->dense_sink_tokens,
-        .recent = a->dense_recent_tokens, .qk_scale = (float)(scale * LOG2E),
-        .q_scale = mla__fq_scale(a->q_quant, a->q_amax), .k_scale = mla__fq_scale(a->k_quant, a->k_amax),
-        .p_scale = mla__fq_scale(a->p_quant, a->p_amax), .v_scale = mla__fq_scale(a->v_quant, a->v_amax),
+        .c = prefill_common(a, d), .dqk = d->dqk, .dv = d->dv, .qk_scale = (float)(scale * LOG2E),
     };
     mla__spec spec;
-    mla__spec_init(&spec, "fakequant_prefill");
-    MLA_FORWARD_IF_ERROR(add_quant_params(&spec, a, d));
+    MLA_FORWARD_IF_ERROR(prefill_spec(&spec, "fakequant_prefill", a, d, 0));
     const mla__kernel *k = NULL;
     MLA_FORWARD_IF_ERROR(mla__get_kernel(rt, &spec, &k));
     return launch_tiles(rt, k, a, d, MLA__FQ_PREFILL_ROWS, &p, stream);

@@ -105,6 +105,12 @@ static int pass_skipped(int p) {
            pass_rows[p] == MLA__FQ_PREFILL_MMA_ROWS;
 }
 
+/* Runs on(pass) for every pass that pass_skipped does not leave out. */
+static void each_pass(void (*on)(int pass)) {
+    for (int pass = 0; pass < N_PASS; pass++)
+        if (!pass_skipped(pass)) on(pass);
+}
+
 /* A GPU runtime created with $MLAJIT_FAKEQUANT_PREFILL as pass_env[pass] (unset for NULL), which
  * the runtime reads at creation only; the variable is restored. Skips without a GPU. */
 static mla_runtime *gpu_or_skip(int pass) {
@@ -313,10 +319,7 @@ static void nm_exemptions_exact_on(int pass) {
     mla_runtime_destroy(rt);
 }
 
-Test(fakequant_prefill_gpu, nm_exemptions_exact) {
-    for (int pass = 0; pass < N_PASS; pass++)
-        if (!pass_skipped(pass)) nm_exemptions_exact_on(pass);
-}
+Test(fakequant_prefill_gpu, nm_exemptions_exact) { each_pass(nm_exemptions_exact_on); }
 
 /* Every N:M group fully tied (k rows equal within groups of 8), non-causal, no exemptions: M = 4
  * keeps exactly N, the lowest indices; M = 8 keeps the whole tied group. */
@@ -352,10 +355,7 @@ static void nm_ties_on(int pass) {
     mla_runtime_destroy(rt);
 }
 
-Test(fakequant_prefill_gpu, nm_ties) {
-    for (int pass = 0; pass < N_PASS; pass++)
-        if (!pass_skipped(pass)) nm_ties_on(pass);
-}
+Test(fakequant_prefill_gpu, nm_ties) { each_pass(nm_ties_on); }
 
 /* Causal prefill of q 48 over k 112 equals the LSE merge of a non-causal chunk over keys
  * [0, 64) and a causal chunk over keys [64, 112). */
@@ -402,10 +402,7 @@ static void two_chunk_lse_merge_on(int pass) {
     mla_runtime_destroy(rt);
 }
 
-Test(fakequant_prefill_gpu, two_chunk_lse_merge) {
-    for (int pass = 0; pass < N_PASS; pass++)
-        if (!pass_skipped(pass)) two_chunk_lse_merge_on(pass);
-}
+Test(fakequant_prefill_gpu, two_chunk_lse_merge) { each_pass(two_chunk_lse_merge_on); }
 
 static double max_diff(const double *a, const double *b, size_t n) {
     double d = 0;
@@ -462,7 +459,4 @@ static void quantization_changes_results_on(int pass) {
     mla_runtime_destroy(rt);
 }
 
-Test(fakequant_prefill_gpu, quantization_changes_results) {
-    for (int pass = 0; pass < N_PASS; pass++)
-        if (!pass_skipped(pass)) quantization_changes_results_on(pass);
-}
+Test(fakequant_prefill_gpu, quantization_changes_results) { each_pass(quantization_changes_results_on); }

@@ -36,25 +36,17 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "fakequant/prefill_common.cuh"
 #include "fakequant/quant.cuh"
 
 namespace mla {
 namespace fakequant {
 
-struct PrefillParams {
-    const void *q;
-    long long q_stride_t, q_stride_h;
-    const void *k;
-    long long k_stride_t, k_stride_h;
-    const void *v;
-    long long v_stride_t, v_stride_h;
-    const int *cu_q, *cu_k;
-    void *out;
-    long long o_stride_t, o_stride_h;
-    float *lse;
-    long long total_q;
-    int batch, heads, kv_heads, dqk, dv, block_n, causal, sparsity_n, sink, recent;
-    float qk_scale, q_scale, k_scale, p_scale, v_scale;
+// The fp32 kernel's parameter block: the common fields, the head dims (run-time here) and the
+// log2-domain score scale.
+struct PrefillParams : PrefillCommon {
+    int dqk, dv;
+    float qk_scale;
 };
 static_assert(sizeof(PrefillParams) == 192, "mirrored by mla__fq_prefill_params");
 
@@ -69,20 +61,11 @@ constexpr int kPfKStride = kPfMaxQk + 1;   // odd: lanes on different keys hit d
 constexpr int kPfSmemFloats = kPfWarps * kPfMaxQk + kChunk * kPfKStride + kChunk * kPfMaxV +
                               kPfWarps * kPfMaxBlockN;
 constexpr int kPfSmemBytes = kPfSmemFloats * 4;
-constexpr float kPfLn2 = 0.6931471805599453f;
-
-__device__ __forceinline__ float pf_neg_inf() { return __int_as_float(0xff800000); }
 
 template <bool kF16>
 __device__ __forceinline__ float pf_load(const void *base, long long i) {
     if constexpr (kF16) return __half2float(static_cast<const __half *>(base)[i]);
     else return __bfloat162float(static_cast<const __nv_bfloat16 *>(base)[i]);
-}
-
-template <bool kF16>
-__device__ __forceinline__ float pf_to_carrier(float p) {
-    if constexpr (kF16) return __half2float(__float2half_rn(p));
-    else return __bfloat162float(__float2bfloat16_rn(p));
 }
 
 // Quantize-dequantize along a row of n features (elementwise or in 16-feature NVFP4 blocks),
@@ -106,12 +89,6 @@ __device__ __forceinline__ void qdq_row(const void *src, long long base, int n, 
         }
     }
 }
-
-// The sequence's geometry, read once per CTA.
-struct SeqInfo {
-    long long q0, k0;
-    int q_len, k_len;
-};
 
 // Kq of keys [c0, c0 + 16) of kv head hk into k_s (keys >= k_len as 0).
 template <bool kF16, int kK>
@@ -166,21 +143,8 @@ __device__ __forceinline__ void sparse_nm(const PrefillParams &p, const SeqInfo 
     long long d = (long long)i + s.k_len - s.q_len - (c0 + j);
     bool dense = s.q_len <= 1 || c0 + j < p.sink || (d >= 0 && d < p.recent);
     __syncwarp();
-    if (lane < 16 && !dense && above >= p.sparsity_n) sc[j] = pf_neg_inf();
+    if (lane < 16 && !dense && above >= p.sparsity_n) sc[j] = neg_inf();
     __syncwarp();
-}
-
-__device__ __forceinline__ float pf_warp_max(float v) {
-    for (int d = 16; d > 0; d >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, d));
-    return v;
-}
-__device__ __forceinline__ float pf_warp_sum(float v) {
-    for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
-    return v;
-}
-__device__ __forceinline__ float pf_half_max(float v) {
-    for (int d = 8; d > 0; d >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, d));
-    return v;
 }
 
 // Scores of keys [c0, c0 + 16) for this warp's row into sc (lanes 0-15 write; lane j and j + 16
@@ -195,7 +159,7 @@ __device__ __forceinline__ void qk_chunk(const PrefillParams &p, const SeqInfo &
     dot += __shfl_xor_sync(0xffffffffu, dot, 16);
     int t = c0 + j;
     bool visible = t < s.k_len && (!p.causal || (long long)t <= (long long)i + s.k_len - s.q_len);
-    if (lane < 16) sc[j] = visible ? __fmul_rn(dot, p.qk_scale) : pf_neg_inf();
+    if (lane < 16) sc[j] = visible ? __fmul_rn(dot, p.qk_scale) : neg_inf();
 }
 
 // QP of this lane's p (lanes j and j + 16 hold the same key j of the chunk).
@@ -203,8 +167,8 @@ template <bool kF16, int kP>
 __device__ __forceinline__ float pf_quantize_p(float pj, float p_scale) {
     if constexpr (kP == kFp8) return fp8_qdq(pj, p_scale);
     else if constexpr (kP == kNvfp4) {
-        float pc = pf_to_carrier<kF16>(pj);
-        return nvfp4_elem(pc, nvfp4_block_scale(pf_half_max(pc), p_scale));
+        float pc = to_carrier<kF16>(pj);
+        return nvfp4_elem(pc, nvfp4_block_scale(group_max<16>(pc), p_scale));
     } else return pj;
 }
 
@@ -231,7 +195,7 @@ __device__ __forceinline__ void store_row(const PrefillParams &p, const SeqInfo 
         if (lane + 32 * k < p.dv) pf_store<kF16>(p.out, o + lane + 32 * k, __fdiv_rn(st.acc[k], denom));
     if (p.lse && lane == 0)
         p.lse[(long long)h * p.total_q + s.q0 + i] =
-            st.l > 0.f ? kPfLn2 * (st.m + log2f(st.l)) : pf_neg_inf();
+            st.l > 0.f ? kLn2 * (st.m + log2f(st.l)) : neg_inf();
 }
 
 template <bool kF16, int kQ, int kK, int kP, int kV, int kM>
@@ -242,11 +206,8 @@ __global__ void __launch_bounds__(kPfThreads) prefill_kernel(const PrefillParams
     const int b = blockIdx.z, hk = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float *q_s = q_all + warp * kPfMaxQk, *sc = s_all + warp * kPfMaxBlockN;
     SeqInfo s;
-    s.q0 = p.cu_q[b], s.k0 = p.cu_k[b];
-    s.q_len = p.cu_q[b + 1] - p.cu_q[b], s.k_len = p.cu_k[b + 1] - p.cu_k[b];
-    if (s.q_len <= 0) return;
-    if (s.k_len < 0) s.k_len = 0;
-    const int G = p.heads / p.kv_heads;
+    if (!seq_info(p, b, s)) return;
+    const int G = s.G;
     const long long rows = (long long)s.q_len * G, tiles = (rows + kPfWarps - 1) / kPfWarps;
     for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         long long r = tile * kPfWarps + warp, r_last = min(tile * kPfWarps + kPfWarps, rows) - 1;
@@ -259,7 +220,7 @@ __global__ void __launch_bounds__(kPfThreads) prefill_kernel(const PrefillParams
             qdq_row<kF16, kQ>(p.q, (s.q0 + i) * p.q_stride_t + (long long)h * p.q_stride_h, p.dqk,
                               p.q_scale, q_s, lane, 32);
         PfRow st;
-        st.m = pf_neg_inf(), st.l = 0.f;
+        st.m = neg_inf(), st.l = 0.f;
 #pragma unroll
         for (int k = 0; k < kPfAcc; k++) st.acc[k] = 0.f;
         for (long long t0 = 0; t0 < end; t0 += p.block_n) {
@@ -274,14 +235,14 @@ __global__ void __launch_bounds__(kPfThreads) prefill_kernel(const PrefillParams
             }
             __syncwarp();
             const int nc = (n + kChunk - 1) / kChunk * kChunk;
-            float mx = pf_neg_inf();
+            float mx = neg_inf();
             for (int j = lane; valid && j < nc; j += 32) mx = fmaxf(mx, sc[j]);
-            const float m_new = fmaxf(st.m, pf_warp_max(mx));
+            const float m_new = fmaxf(st.m, group_max<32>(mx));
             float sum = 0.f;
             for (int j = lane; valid && j < nc; j += 32)
-                sum += sc[j] == pf_neg_inf() ? 0.f : exp2f(sc[j] - m_new);
-            const float corr = st.m == pf_neg_inf() ? 0.f : exp2f(st.m - m_new);
-            st.l = st.l * corr + pf_warp_sum(sum);
+                sum += sc[j] == neg_inf() ? 0.f : exp2f(sc[j] - m_new);
+            const float corr = st.m == neg_inf() ? 0.f : exp2f(st.m - m_new);
+            st.l = st.l * corr + group_sum<32>(sum);
 #pragma unroll
             for (int k = 0; k < kPfAcc; k++) st.acc[k] *= corr;
             for (int c = 0; c < n; c += kChunk) {
@@ -290,7 +251,7 @@ __global__ void __launch_bounds__(kPfThreads) prefill_kernel(const PrefillParams
                 __syncthreads();
                 if (!valid) continue;
                 float x = sc[c + (lane & 15)];
-                float pj = x == pf_neg_inf() ? 0.f : exp2f(x - m_new);
+                float pj = x == neg_inf() ? 0.f : exp2f(x - m_new);
                 float pq = pf_quantize_p<kF16, kP>(pj, p.p_scale);
                 for (int j = 0; j < kChunk; j++) {
                     float w = __shfl_sync(0xffffffffu, pq, j);

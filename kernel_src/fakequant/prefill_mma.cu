@@ -31,30 +31,20 @@
 
 #include "common/ptx_mma.cuh"
 #include "common/tile16.cuh"
+#include "fakequant/prefill_common.cuh"
 #include "fakequant/quant_code.cuh"
 
 namespace mla {
 namespace fakequant {
 
-struct PrefillMmaParams {
-    const void *q;
-    long long q_stride_t, q_stride_h;
-    const void *k;
-    long long k_stride_t, k_stride_h;
-    const void *v;
-    long long v_stride_t, v_stride_h;
-    const int *cu_q, *cu_k;
-    void *out;
-    long long o_stride_t, o_stride_h;
-    float *lse;
-    long long total_q;
-    int batch, heads, kv_heads, block_n, causal, sparsity_n, sink, recent;
-    float q_scale, k_scale, p_scale, v_scale, qk_eff, pv_eff;
+// The tensor-core kernels' parameter block (this file's and prefill_sm90.cu's): the common
+// fields and the factors of the fp32 products, qk_eff (log2 domain) and pv_eff.
+struct PrefillMmaParams : PrefillCommon {
+    float qk_eff, pv_eff;
 };
 static_assert(sizeof(PrefillMmaParams) == 184, "mirrored by mla__fq_prefill_mma_params");
 
 constexpr int kPmBN = 64;   // keys of a KV tile
-constexpr float kPmLn2 = 0.6931471805599453f;
 
 // Shared-memory layout (elements of 16 bits): Q [16 warps][dqk + 8], K [2][64][dqk + 8],
 // V [2][64][dv + 8].
@@ -64,15 +54,6 @@ struct PmLayout {
     static constexpr int kQ = 16 * kW * kQs, kK = kPmBN * kQs, kV = kPmBN * kVs;
     static constexpr int kBytes = (kQ + 2 * kK + 2 * kV) * 2;
 };
-
-__device__ __forceinline__ float pm_neg_inf() { return __int_as_float(0xff800000); }
-
-// 2^x (ex2.approx.ftz: results below 2^-126 flush to 0; -inf gives 0).
-__device__ __forceinline__ float pm_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
 
 template <bool kF16>
 __device__ __forceinline__ void pm_mma(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
@@ -96,12 +77,6 @@ template <bool kF16>
 __device__ __forceinline__ unsigned short pm_from_f32(float x) {   // exact for codes
     if constexpr (kF16) return __half_as_ushort(__float2half_rn(x));
     else return __bfloat16_as_ushort(__float2bfloat16_rn(x));
-}
-
-template <bool kF16>
-__device__ __forceinline__ float pm_carrier(float p) {
-    if constexpr (kF16) return __half2float(__float2half_rn(p));
-    else return __bfloat162float(__float2bfloat16_rn(p));
 }
 
 // Codes of the kN rows of a shared tile [kN][stride] of kD features, in place: fp8 elementwise
@@ -205,11 +180,11 @@ __device__ __forceinline__ unsigned pm_nm_keep(float x0, float x1, int n) {
 // n-tiles): scaled by qk_eff, masked (masked: the tile crosses k_len or the causal bound; ia, ib
 // the queries of this lane's rows g and g + 8), N:M with the dense exemptions.
 template <int kM>
-__device__ __forceinline__ void pm_scores(float (&s)[8][4], const PrefillMmaParams &p, int j0,
-                                          bool masked, int ia, int ib, int k_len, int off,
-                                          int q_len) {
+__device__ __forceinline__ void pm_scores(float (&s)[8][4], const PrefillMmaParams &p,
+                                          const SeqInfo &seq, int j0, bool masked, int ia,
+                                          int ib) {
+    const int k_len = seq.k_len, off = seq.off, q_len = seq.q_len;
     const int t4 = threadIdx.x & 3;
-    const float neg_inf = pm_neg_inf();
     const float qk = p.qk_eff;
     if (masked) {   // one branch per tile, not one per score
         // key j0 + j * 8 + 2 t4 + (e & 1) is kept iff it is < lim of its row (k_len, or the
@@ -222,7 +197,7 @@ __device__ __forceinline__ void pm_scores(float (&s)[8][4], const PrefillMmaPara
             for (int e = 0; e < 4; e++) {
                 const int key = j0 + j * 8 + 2 * t4 + (e & 1);
                 const float x = __fmul_rn(s[j][e], qk);
-                s[j][e] = key < (e < 2 ? lim_a : lim_b) ? x : neg_inf;
+                s[j][e] = key < (e < 2 ? lim_a : lim_b) ? x : neg_inf();
             }
     } else {
 #pragma unroll
@@ -248,7 +223,7 @@ __device__ __forceinline__ void pm_scores(float (&s)[8][4], const PrefillMmaPara
                         const int d = i + off - key;
                         dense = q_len <= 1 || key < p.sink || (d >= 0 && d < p.recent);
                     }
-                    if (!dense && !(keep >> e & 1)) s[j][2 * h + e] = neg_inf;
+                    if (!dense && !(keep >> e & 1)) s[j][2 * h + e] = neg_inf();
                 }
             }
     }
@@ -262,10 +237,24 @@ __device__ __forceinline__ void pm_chunk_exp(const float (&s)[8][4], int c, cons
 #pragma unroll
     for (int e = 0; e < 2; e++)
 #pragma unroll
-        for (int k = 0; k < 4; k++) pv[e][k] = pm_exp2(s[2 * c + e][k] - mu[k >> 1]);
+        for (int k = 0; k < 4; k++) pv[e][k] = exp2_fast(s[2 * c + e][k] - mu[k >> 1]);
 #pragma unroll
     for (int h = 0; h < 2; h++)
         l[h] += (pv[0][2 * h] + pv[0][2 * h + 1]) + (pv[1][2 * h] + pv[1][2 * h + 1]);
+}
+
+// NVFP4 P of a chunk (this lane's 2 x 4 p, rows h = 0, 1): p rounded to the carrier in place;
+// then pm_p_block_max(pv, h) is the maximum of row h's 16-key block (4 keys here, 12 in the quad).
+template <bool kF16>
+__device__ __forceinline__ void pm_p_carrier(float (&pv)[2][4]) {
+#pragma unroll
+    for (int e = 0; e < 2; e++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) pv[e][k] = to_carrier<kF16>(pv[e][k]);
+}
+__device__ __forceinline__ float pm_p_block_max(const float (&pv)[2][4], int h) {
+    return quad_max(fmaxf(fmaxf(pv[0][2 * h], pv[0][2 * h + 1]),
+                          fmaxf(pv[1][2 * h], pv[1][2 * h + 1])));
 }
 
 // The softmax step of chunk c (keys 16 c .. 16 c + 15 of the tile; c a constant once unrolled)
@@ -277,9 +266,8 @@ template <bool kF16, int kP, int kOn>
 __device__ __forceinline__ void pm_chunk_p(const float (&s)[8][4], int c, int nb, float (&m)[2],
                                            float (&l)[2], float (&mu)[2], float (&o)[kOn][4],
                                            float p_scale, unsigned (&a)[4]) {
-    const float neg_inf = pm_neg_inf();
     if (c % nb == 0) {   // a new P tile (block_n keys) starts: move the running max
-        float mx[2] = {neg_inf, neg_inf};
+        float mx[2] = {neg_inf(), neg_inf()};
 #pragma unroll
         for (int e = 0; e < 4; e++)
             if (e >= c && e < c + nb)
@@ -289,12 +277,10 @@ __device__ __forceinline__ void pm_chunk_p(const float (&s)[8][4], int c, int nb
                                               fmaxf(s[2 * e + 1][2 * h], s[2 * e + 1][2 * h + 1])));
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-            const float m_new = fmaxf(m[h], mx[h]);
-            mu[h] = m_new == neg_inf ? 0.f : m_new;   // exp2(-inf - mu) = 0
+            const float m_new = fmaxf(m[h], quad_max(mx[h]));
+            mu[h] = m_new == neg_inf() ? 0.f : m_new;   // exp2(-inf - mu) = 0
             if (m_new != m[h]) {
-                const float corr = pm_exp2(m[h] - mu[h]);   // m = -inf: 0
+                const float corr = exp2_fast(m[h] - mu[h]);   // m = -inf: 0
                 l[h] *= corr;
 #pragma unroll
                 for (int j = 0; j < kOn; j++) o[j][2 * h] *= corr, o[j][2 * h + 1] *= corr;
@@ -310,16 +296,10 @@ __device__ __forceinline__ void pm_chunk_p(const float (&s)[8][4], int c, int nb
 #pragma unroll
             for (int k = 0; k < 4; k++) pv[e][k] = fp8_code(pv[e][k], p_scale);
     } else if constexpr (kP == kNvfp4) {
+        pm_p_carrier<kF16>(pv);
 #pragma unroll
-        for (int e = 0; e < 2; e++)
-#pragma unroll
-            for (int k = 0; k < 4; k++) pv[e][k] = pm_carrier<kF16>(pv[e][k]);
-#pragma unroll
-        for (int h = 0; h < 2; h++) {   // the row's 16 keys: 4 here, 12 in the quad
-            float bm = fmaxf(fmaxf(pv[0][2 * h], pv[0][2 * h + 1]), fmaxf(pv[1][2 * h], pv[1][2 * h + 1]));
-            bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 1));
-            bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 2));
-            float sb, e4 = nvfp4_scale_code(bm, p_scale, sb);
+        for (int h = 0; h < 2; h++) {
+            float sb, e4 = nvfp4_scale_code(pm_p_block_max(pv, h), p_scale, sb);
 #pragma unroll
             for (int e = 0; e < 2; e++)
 #pragma unroll
@@ -334,31 +314,28 @@ __device__ __forceinline__ void pm_chunk_p(const float (&s)[8][4], int c, int nb
 // and ra + 8 of the (sequence, kv head) (rows past `rows` are not stored); l is summed over the
 // quad first.
 template <bool kF16, int kOn>
-__device__ __forceinline__ void pm_store(const PrefillMmaParams &p, float (&o)[kOn][4],
-                                         const float (&m)[2], float (&l)[2], int ra, int rows,
-                                         int G, int hk, long long q0) {
+__device__ __forceinline__ void pm_store(const PrefillMmaParams &p, const SeqInfo &seq,
+                                         float (&o)[kOn][4], const float (&m)[2], float (&l)[2],
+                                         int ra, int rows, int hk) {
     const int t4 = threadIdx.x & 3;
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-    }
+    for (int h = 0; h < 2; h++) l[h] = quad_sum(l[h]);
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int r = ra + 8 * h;
         if (r >= rows) continue;
-        const int i = r / G, head = hk * G + r % G;
+        const int i = r / seq.G, head = hk * seq.G + r % seq.G;
         const float denom = fmaxf(l[h], 1e-6f);
         unsigned *orow = reinterpret_cast<unsigned *>(static_cast<unsigned short *>(p.out) +
-                                                      (q0 + i) * p.o_stride_t +
+                                                      (seq.q0 + i) * p.o_stride_t +
                                                       (long long)head * p.o_stride_h);
 #pragma unroll
         for (int j = 0; j < kOn; j++)
             orow[j * 4 + t4] = pack2<kF16>(__fdiv_rn(__fmul_rn(o[j][2 * h], p.pv_eff), denom),
                                              __fdiv_rn(__fmul_rn(o[j][2 * h + 1], p.pv_eff), denom));
         if (p.lse && t4 == 0)
-            p.lse[(long long)head * p.total_q + q0 + i] =
-                l[h] > 0.f ? kPmLn2 * (m[h] + log2f(l[h])) : pm_neg_inf();
+            p.lse[(long long)head * p.total_q + seq.q0 + i] =
+                l[h] > 0.f ? kLn2 * (m[h] + log2f(l[h])) : neg_inf();
     }
 }
 
@@ -372,45 +349,33 @@ __global__ void __launch_bounds__(kW * 32, 8 / kW) prefill_mma_kernel(const Pref
     unsigned short *q_s = smem_pm, *k_s = q_s + L::kQ, *v_s = k_s + 2 * L::kK;
     const int b = blockIdx.z, hk = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2;
-    const long long q0 = p.cu_q[b], k0 = p.cu_k[b];
-    const int q_len = p.cu_q[b + 1] - p.cu_q[b];
-    int k_len = p.cu_k[b + 1] - p.cu_k[b];
-    if (q_len <= 0) return;
-    if (k_len < 0) k_len = 0;
-    const int G = p.heads / p.kv_heads;
-    const int rows = q_len * G, tiles = (rows + kPmBM - 1) / kPmBM;
-    const int off = k_len - q_len;   // key j visible to query i iff j <= i + off (causal)
+    SeqInfo seq;
+    if (!seq_info(p, b, seq)) return;
+    const int rows = seq.q_len * seq.G, tiles = (rows + kPmBM - 1) / kPmBM;
     // P tile: the running max moves per block_n keys when P is quantized (block_n <= 64 here)
     const int nb = kP != kNone && p.block_n < kPmBN ? p.block_n / 16 : 4;
-    const float neg_inf = pm_neg_inf();
 
     for (int tile = tiles - 1 - (int)blockIdx.x; tile >= 0; tile -= (int)gridDim.x) {
         const int r0 = tile * kPmBM, r_last = min(r0 + kPmBM, rows) - 1;
-        int end = k_len;
-        if (p.causal) end = max(0, min(end, r_last / G + off + 1));
-        const int n_tiles = (end + kPmBN - 1) / kPmBN;
-        const int i_first = r0 / G;
+        const int n_tiles = (key_end(p, seq, r_last) + kPmBN - 1) / kPmBN;
+        const int i_first = r0 / seq.G;
 
         __syncthreads();   // the previous row tile is done with every buffer
         // Q rows (zero past the last row), then K/V tile 0: group 0
         pm_load_rows<kDqk, kPmThreads>(q_s, L::kQs, p.q, kPmBM,
-                           [&](int r) {
-                               const int rr = r0 + r;
-                               return (q0 + rr / G) * p.q_stride_t +
-                                      (long long)(hk * G + rr % G) * p.q_stride_h;
-                           },
+                           [&](int r) { return q_row_offset(p, seq, hk, r0 + r); },
                            [&](int r) { return r0 + r < rows; });
         auto load_kv = [&](int n, int stage) {
             const int j0 = n * kPmBN;
-            auto valid = [&](int r) { return j0 + r < k_len; };
+            auto valid = [&](int r) { return j0 + r < seq.k_len; };
             pm_load_rows<kDqk, kPmThreads>(k_s + stage * L::kK, L::kQs, p.k, kPmBN,
                                [&](int r) {
-                                   return (k0 + j0 + r) * p.k_stride_t + (long long)hk * p.k_stride_h;
+                                   return (seq.k0 + j0 + r) * p.k_stride_t + (long long)hk * p.k_stride_h;
                                },
                                valid);
             pm_load_rows<kDv, kPmThreads>(v_s + stage * L::kV, L::kVs, p.v, kPmBN,
                               [&](int r) {
-                                  return (k0 + j0 + r) * p.v_stride_t + (long long)hk * p.v_stride_h;
+                                  return (seq.k0 + j0 + r) * p.v_stride_t + (long long)hk * p.v_stride_h;
                               },
                               valid);
         };
@@ -419,8 +384,8 @@ __global__ void __launch_bounds__(kW * 32, 8 / kW) prefill_mma_kernel(const Pref
 
         // Row state: this lane's rows g and g + 8 of the warp's 16.
         const int ra = r0 + warp * 16 + g, rb = ra + 8;
-        const int ia = ra / G, ib = rb / G;   // queries (past the last row: never stored)
-        float m[2] = {neg_inf, neg_inf}, l[2] = {0.f, 0.f};
+        const int ia = ra / seq.G, ib = rb / seq.G;   // queries (past the last row: never stored)
+        float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
         float o[kOn][4];
 #pragma unroll
         for (int j = 0; j < kOn; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
@@ -463,8 +428,8 @@ __global__ void __launch_bounds__(kW * 32, 8 / kW) prefill_mma_kernel(const Pref
             }
 
             const int j0 = n * kPmBN;
-            const bool masked = j0 + kPmBN > k_len || (p.causal && j0 + kPmBN - 1 > i_first + off);
-            pm_scores<kM>(s, p, j0, masked, ia, ib, k_len, off, q_len);
+            const bool masked = j0 + kPmBN > seq.k_len || (p.causal && j0 + kPmBN - 1 > i_first + seq.off);
+            pm_scores<kM>(s, p, seq, j0, masked, ia, ib);
 
             // softmax and P V, per 16-key chunk c (keys 16 c .. 16 c + 15 of the tile)
             float mu[2];
@@ -485,7 +450,7 @@ __global__ void __launch_bounds__(kW * 32, 8 / kW) prefill_mma_kernel(const Pref
         }
         cp_async_wait<0>();
 
-        pm_store<kF16, kOn>(p, o, m, l, ra, rows, G, hk, q0);
+        pm_store<kF16, kOn>(p, seq, o, m, l, ra, rows, hk);
     }
 }
 
@@ -503,38 +468,26 @@ __global__ void __launch_bounds__(128, 2) prefill_mma2_kernel(const PrefillMmaPa
     unsigned short *q_s = smem_pm, *k_s = q_s + kBM * kQs, *v_s = k_s + kPmBN * kQs;
     const int b = blockIdx.z, hk = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2;
-    const long long q0 = p.cu_q[b], k0 = p.cu_k[b];
-    const int q_len = p.cu_q[b + 1] - p.cu_q[b];
-    int k_len = p.cu_k[b + 1] - p.cu_k[b];
-    if (q_len <= 0) return;
-    if (k_len < 0) k_len = 0;
-    const int G = p.heads / p.kv_heads;
-    const int rows = q_len * G, tiles = (rows + kBM - 1) / kBM;
-    const int off = k_len - q_len;
+    SeqInfo seq;
+    if (!seq_info(p, b, seq)) return;
+    const int rows = seq.q_len * seq.G, tiles = (rows + kBM - 1) / kBM;
     const int nb = kP != kNone && p.block_n < kPmBN ? p.block_n / 16 : 4;
-    const float neg_inf = pm_neg_inf();
 
     for (int tile = tiles - 1 - (int)blockIdx.x; tile >= 0; tile -= (int)gridDim.x) {
         const int r0 = tile * kBM, r_last = min(r0 + kBM, rows) - 1;
-        int end = k_len;
-        if (p.causal) end = max(0, min(end, r_last / G + off + 1));
-        const int n_tiles = (end + kPmBN - 1) / kPmBN;
-        const int i_first = r0 / G;
+        const int n_tiles = (key_end(p, seq, r_last) + kPmBN - 1) / kPmBN;
+        const int i_first = r0 / seq.G;
         auto load_k = [&](int n) {
             const int j0 = n * kPmBN;
             pm_load_rows<kDqk, kThreads>(
                 k_s, kQs, p.k, kPmBN,
-                [&](int r) { return (k0 + j0 + r) * p.k_stride_t + (long long)hk * p.k_stride_h; },
-                [&](int r) { return j0 + r < k_len; });
+                [&](int r) { return (seq.k0 + j0 + r) * p.k_stride_t + (long long)hk * p.k_stride_h; },
+                [&](int r) { return j0 + r < seq.k_len; });
         };
 
         __syncthreads();   // the previous row tile is done with every buffer
         pm_load_rows<kDqk, kThreads>(q_s, kQs, p.q, kBM,
-                                     [&](int r) {
-                                         const int rr = r0 + r;
-                                         return (q0 + rr / G) * p.q_stride_t +
-                                                (long long)(hk * G + rr % G) * p.q_stride_h;
-                                     },
+                                     [&](int r) { return q_row_offset(p, seq, hk, r0 + r); },
                                      [&](int r) { return r0 + r < rows; });
         if (n_tiles > 0) load_k(0);
         cp_async_commit();
@@ -544,7 +497,7 @@ __global__ void __launch_bounds__(128, 2) prefill_mma2_kernel(const PrefillMmaPa
         float m[2][2], l[2][2], o[2][kOn][4];
 #pragma unroll
         for (int t = 0; t < 2; t++) {
-            m[t][0] = m[t][1] = neg_inf, l[t][0] = l[t][1] = 0.f;
+            m[t][0] = m[t][1] = neg_inf(), l[t][0] = l[t][1] = 0.f;
 #pragma unroll
             for (int j = 0; j < kOn; j++) o[t][j][0] = o[t][j][1] = o[t][j][2] = o[t][j][3] = 0.f;
         }
@@ -556,8 +509,8 @@ __global__ void __launch_bounds__(128, 2) prefill_mma2_kernel(const PrefillMmaPa
                 const int j0 = n * kPmBN;
                 pm_load_rows<kDv, kThreads>(
                     v_s, kVs, p.v, kPmBN,
-                    [&](int r) { return (k0 + j0 + r) * p.v_stride_t + (long long)hk * p.v_stride_h; },
-                    [&](int r) { return j0 + r < k_len; });
+                    [&](int r) { return (seq.k0 + j0 + r) * p.v_stride_t + (long long)hk * p.v_stride_h; },
+                    [&](int r) { return j0 + r < seq.k_len; });
                 cp_async_commit();
             }
             if (n == 0 && kQ != kNone) pm_quant_rows<kF16, kQ, kThreads, kBM, kDqk>(q_s, kQs, p.q_scale);
@@ -589,11 +542,11 @@ __global__ void __launch_bounds__(128, 2) prefill_mma2_kernel(const PrefillMmaPa
                 }
             }
             const int j0 = n * kPmBN;
-            const bool masked = j0 + kPmBN > k_len || (p.causal && j0 + kPmBN - 1 > i_first + off);
+            const bool masked = j0 + kPmBN > seq.k_len || (p.causal && j0 + kPmBN - 1 > i_first + seq.off);
 #pragma unroll
             for (int t = 0; t < 2; t++)
-                pm_scores<kM>(s[t], p, j0, masked, (rw + 16 * t) / G, (rw + 16 * t + 8) / G, k_len, off,
-                              q_len);
+                pm_scores<kM>(s[t], p, seq, j0, masked, (rw + 16 * t) / seq.G,
+                              (rw + 16 * t + 8) / seq.G);
 
             cp_async_wait<0>();   // V(n) landed for this thread
             __syncthreads();      // ... for every thread; every warp is done with K(n)
@@ -626,7 +579,7 @@ __global__ void __launch_bounds__(128, 2) prefill_mma2_kernel(const PrefillMmaPa
         }
         cp_async_wait<0>();
 #pragma unroll
-        for (int t = 0; t < 2; t++) pm_store<kF16, kOn>(p, o[t], m[t], l[t], rw + 16 * t, rows, G, hk, q0);
+        for (int t = 0; t < 2; t++) pm_store<kF16, kOn>(p, seq, o[t], m[t], l[t], rw + 16 * t, rows, hk);
     }
 }
 

@@ -37,6 +37,7 @@
 #include "fakequant/prefill_mma.cu"
 
 #include "common/mbarrier.cuh"
+#include "common/select.cuh"
 #include "common/wgmma.cuh"
 #include "fakequant/decode_mma_codes.cuh"
 #include "flashmla/ptx.cuh"
@@ -118,6 +119,24 @@ __device__ __forceinline__ Nvfp4Scale nvfp4_scale_nb(float bamax, const QScale &
     return sc;
 }
 
+// decode_mma_codes.cuh's e2m1_mag_fast (the same three cases, so equal to quant.cuh's e2m1_mag
+// for every a >= +0 and NaN) with both roundings computed and one selected: the ternaries there
+// compile to two nested branches per element, on which the lanes of a block diverge.
+__device__ __forceinline__ float e2m1_mag_nb(float a) {
+    unsigned u = __float_as_uint(a);
+    u = (u + 0x1fffffu + ((u >> 22) & 1u)) & 0xffc00000u;
+    return select(a < 1.f, rintf(a * 2.f) * 0.5f, select(a < 6.f, __uint_as_float(u), 6.f));
+}
+
+// The NVFP4 code of element x of a block with scale s: nvfp4_code_fast (decode_mma_codes.cuh)
+// where sb != 0, else 0 (nvfp4_code's value), without branches.
+__device__ __forceinline__ float nvfp4_code_nb(float x, const Nvfp4Scale &s) {
+    const float a = fabsf(x), q0 = __fmul_rn(a, s.rsb);
+    const float q1 = __fmaf_rn(__fmaf_rn(-q0, s.sb, a), s.rsb, q0);
+    const float r = e2m1_mag_nb(q0 == __int_as_float(0x7f800000) ? q0 : q1) * s.sc;
+    return select(s.sb != 0.f, x < 0.f ? -r : r, 0.f);
+}
+
 // NVFP4 codes of a 16-value block of 16-bit inputs in place (decode_mma_codes.cuh: quant.cuh's
 // decisions through reciprocals with one correction step), without branches.
 __device__ __forceinline__ void nvfp4_codes16(float (&v)[16], const QScale &q) {
@@ -126,7 +145,7 @@ __device__ __forceinline__ void nvfp4_codes16(float (&v)[16], const QScale &q) {
     for (int i = 0; i < 16; i++) bamax = fmaxf(bamax, fabsf(v[i]));
     const Nvfp4Scale sc = nvfp4_scale_nb(bamax, q);
 #pragma unroll
-    for (int i = 0; i < 16; i++) v[i] = sc.sb != 0.f ? nvfp4_code_fast(v[i], sc) : 0.f;
+    for (int i = 0; i < 16; i++) v[i] = nvfp4_code_nb(v[i], sc);
 }
 
 // The fp8 codes of a packed pair of 16-bit values, packed in the same type.
@@ -223,10 +242,16 @@ __device__ __forceinline__ void zero_rows(unsigned char *t, int first, int tid) 
     }
 }
 
-// The keys a CTA tile (rows [r0, r0 + 128)) or warpgroup slice reads: [0, end).
-__device__ __forceinline__ int key_end(const PrefillMmaParams &p, int r_last, int G, int k_len,
-                                       int off) {
-    return p.causal ? max(0, min(k_len, r_last / G + off + 1)) : k_len;
+// Calls f(n, it) for every KV tile n of every 128-row tile the CTA takes (the consumers' walk:
+// tiles - 1 - x, tiles - 1 - x - gridDim.x, ...), it counting them from 0 (the ring position).
+template <class F>
+__device__ __forceinline__ void for_each_kv_tile(const PrefillMmaParams &p, const SeqInfo &seq,
+                                                 int tiles, int rows, F f) {
+    int it = 0;
+    for (int tile = tiles - 1 - (int)blockIdx.x; tile >= 0; tile -= (int)gridDim.x) {
+        const int n_tiles = (key_end(p, seq, min(tile * 128 + 128, rows) - 1) + kBN - 1) / kBN;
+        for (int n = 0; n < n_tiles; n++, it++) f(n, it);
+    }
 }
 
 // O += P V for one 16-key chunk: P as the A fragment, V rows [16 c, 16 c + 16) of the stage
@@ -269,18 +294,15 @@ template <bool kF16, int kP>
 __device__ __forceinline__ void tile_softmax(const float (&s)[8][4], float (&m)[2], float (&l)[2],
                                              float (&corr)[2], unsigned (&a)[4][4],
                                              const QScale &ps) {
-    const float neg_inf = pm_neg_inf();
     float mu[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         float mx = fmaxf(s[0][2 * h], s[0][2 * h + 1]);
 #pragma unroll
         for (int j = 1; j < 8; j++) mx = fmaxf(mx, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m[h], mx);
-        mu[h] = m_new == neg_inf ? 0.f : m_new;
-        corr[h] = m_new == m[h] ? 1.f : pm_exp2(m[h] - mu[h]);   // m = -inf: 0
+        const float m_new = fmaxf(m[h], quad_max(mx));
+        mu[h] = m_new == neg_inf() ? 0.f : m_new;
+        corr[h] = m_new == m[h] ? 1.f : exp2_fast(m[h] - mu[h]);   // m = -inf: 0
         l[h] *= corr[h];
         m[h] = m_new;
     }
@@ -289,22 +311,15 @@ __device__ __forceinline__ void tile_softmax(const float (&s)[8][4], float (&m)[
         float pv[2][4];
         pm_chunk_exp(s, c, mu, l, pv);
         if constexpr (kP == kNvfp4) {
-#pragma unroll
-            for (int e = 0; e < 2; e++)
-#pragma unroll
-                for (int k = 0; k < 4; k++) pv[e][k] = pm_carrier<kF16>(pv[e][k]);
+            pm_p_carrier<kF16>(pv);
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                float bm = fmaxf(fmaxf(pv[0][2 * h], pv[0][2 * h + 1]),
-                                 fmaxf(pv[1][2 * h], pv[1][2 * h + 1]));
-                bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 1));
-                bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 2));
-                const Nvfp4Scale sc = nvfp4_scale_nb(bm, ps);
+                const Nvfp4Scale sc = nvfp4_scale_nb(pm_p_block_max(pv, h), ps);
 #pragma unroll
                 for (int e = 0; e < 2; e++)
 #pragma unroll
                     for (int k = 2 * h; k < 2 * h + 2; k++)
-                        pv[e][k] = sc.sb != 0.f ? nvfp4_code_fast(pv[e][k], sc) : 0.f;
+                        pv[e][k] = nvfp4_code_nb(pv[e][k], sc);
             }
             a[c][0] = pack2<kF16>(pv[0][0], pv[0][1]), a[c][1] = pack2<kF16>(pv[0][2], pv[0][3]);
             a[c][2] = pack2<kF16>(pv[1][0], pv[1][1]), a[c][3] = pack2<kF16>(pv[1][2], pv[1][3]);
@@ -339,14 +354,9 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
     // the warpgroup, warp-uniform to the compiler (shuffled from lane 0), so that what derives
     // from it (shared-memory addresses, wgmma descriptors) can live in uniform registers
     const int b = blockIdx.z, hk = blockIdx.y, wg = __shfl_sync(0xffffffffu, threadIdx.x / kWg, 0);
-    const long long q0 = p.cu_q[b], k0 = p.cu_k[b];
-    const int q_len = p.cu_q[b + 1] - p.cu_q[b];
-    int k_len = p.cu_k[b + 1] - p.cu_k[b];
-    if (q_len <= 0) return;
-    if (k_len < 0) k_len = 0;
-    const int G = p.heads / p.kv_heads;
-    const int rows = q_len * G, tiles = (rows + 127) / 128;
-    const int off = k_len - q_len;
+    SeqInfo seq;
+    if (!seq_info(p, b, seq)) return;
+    const int rows = seq.q_len * seq.G, tiles = (rows + 127) / 128;
 
     if (threadIdx.x < kS) {
         mbarrier_init(bar_full_k + 8 * threadIdx.x, 1);
@@ -365,57 +375,47 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
         setmaxnreg_dec<kRegsLow>();
         if (threadIdx.x == 0) {  // the producer
             const unsigned long long policy = flashmla::l2_policy_evict_last();
-            int it = 0;
-            for (int tile = tiles - 1 - (int)blockIdx.x; tile >= 0; tile -= (int)gridDim.x) {
-                const int end = key_end(p, min(tile * 128 + 128, rows) - 1, G, k_len, off);
-                const int n_tiles = (end + kBN - 1) / kBN;
-                for (int n = 0; n < n_tiles; n++, it++) {
-                    const int s = it % kS;
-                    mbarrier_wait_parity(bar_empty + 8 * s, ((it / kS) & 1) ^ 1);
-                    const int key = (int)k0 + n * kBN;
-                    mbarrier_arrive_expect_tx(bar_full_k + 8 * s, L::kKBytes);
+            for_each_kv_tile(p, seq, tiles, rows, [&](int n, int it) {
+                const int s = it % kS;
+                mbarrier_wait_parity(bar_empty + 8 * s, ((it / kS) & 1) ^ 1);
+                const int key = (int)seq.k0 + n * kBN;
+                mbarrier_arrive_expect_tx(bar_full_k + 8 * s, L::kKBytes);
 #pragma unroll
-                    for (int c = 0; c < L::kQSlabs; c++)
-                        tma_load_4d(base + L::kK + s * L::kKBytes + c * kSlab, &tk, bar_full_k + 8 * s,
-                                    c * 64, hk, key, 0, policy);
-                    mbarrier_arrive_expect_tx(bar_full_v + 8 * s, L::kVBytes);
+                for (int c = 0; c < L::kQSlabs; c++)
+                    tma_load_4d(base + L::kK + s * L::kKBytes + c * kSlab, &tk, bar_full_k + 8 * s,
+                                c * 64, hk, key, 0, policy);
+                mbarrier_arrive_expect_tx(bar_full_v + 8 * s, L::kVBytes);
 #pragma unroll
-                    for (int c = 0; c < L::kVSlabs; c++)
-                        tma_load_4d(base + L::kV + s * L::kVBytes + c * kSlab, &tv, bar_full_v + 8 * s,
-                                    c * 64, hk, key, 0, policy);
-                }
-            }
+                for (int c = 0; c < L::kVSlabs; c++)
+                    tma_load_4d(base + L::kV + s * L::kVBytes + c * kSlab, &tv, bar_full_v + 8 * s,
+                                c * 64, hk, key, 0, policy);
+            });
         } else if (kQuantKV && threadIdx.x >= 32) {  // the quantizers
             const int tid = threadIdx.x - 32;
-            int it = 0;
-            for (int tile = tiles - 1 - (int)blockIdx.x; tile >= 0; tile -= (int)gridDim.x) {
-                const int end = key_end(p, min(tile * 128 + 128, rows) - 1, G, k_len, off);
-                const int n_tiles = (end + kBN - 1) / kBN;
-                for (int n = 0; n < n_tiles; n++, it++) {
-                    const int s = it % kS;
-                    const unsigned ph = (it / kS) & 1;
-                    if constexpr (kK != kNone) {
-                        mbarrier_wait_parity(bar_full_k + 8 * s, ph);
-                        quant_rows<kF16, kK, kQuantThreads, kDqk>(smem + L::kK + s * L::kKBytes, tid,
-                                                                  p.k_scale);
-                        fence_proxy_async_shared();
-                        mbarrier_arrive(bar_ready_k + 8 * s);
-                    }
-                    if constexpr (kV != kNone) {
-                        mbarrier_wait_parity(bar_full_v + 8 * s, ph);
-                        unsigned char *vt = smem + L::kV + s * L::kVBytes;
-                        const int valid = k_len - n * kBN;
-                        if (valid < kBN) {
-                            zero_rows<kQuantThreads, kDv>(vt, valid, tid);
-                            // every quantizer's zeros land before any reads the tile's groups
-                            named_barrier_sync(3, kQuantThreads);
-                        }
-                        quant_v<kF16, kV, kQuantThreads, kDv>(vt, tid, p.v_scale);
-                        fence_proxy_async_shared();
-                        mbarrier_arrive(bar_ready_v + 8 * s);
-                    }
+            for_each_kv_tile(p, seq, tiles, rows, [&](int n, int it) {
+                const int s = it % kS;
+                const unsigned ph = (it / kS) & 1;
+                if constexpr (kK != kNone) {
+                    mbarrier_wait_parity(bar_full_k + 8 * s, ph);
+                    quant_rows<kF16, kK, kQuantThreads, kDqk>(smem + L::kK + s * L::kKBytes, tid,
+                                                              p.k_scale);
+                    fence_proxy_async_shared();
+                    mbarrier_arrive(bar_ready_k + 8 * s);
                 }
-            }
+                if constexpr (kV != kNone) {
+                    mbarrier_wait_parity(bar_full_v + 8 * s, ph);
+                    unsigned char *vt = smem + L::kV + s * L::kVBytes;
+                    const int valid = seq.k_len - n * kBN;
+                    if (valid < kBN) {
+                        zero_rows<kQuantThreads, kDv>(vt, valid, tid);
+                        // every quantizer's zeros land before any reads the tile's groups
+                        named_barrier_sync(3, kQuantThreads);
+                    }
+                    quant_v<kF16, kV, kQuantThreads, kDv>(vt, tid, p.v_scale);
+                    fence_proxy_async_shared();
+                    mbarrier_arrive(bar_ready_v + 8 * s);
+                }
+            });
         }
         return;
     }
@@ -428,15 +428,14 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
     const unsigned q_s = base + cw * L::kQBytes;
     const unsigned bar_k = kK != kNone ? bar_ready_k : bar_full_k;
     const unsigned bar_v = kV != kNone ? bar_ready_v : bar_full_v;
-    const float neg_inf = pm_neg_inf();
     int it = 0;
     for (int tile = tiles - 1 - (int)blockIdx.x; tile >= 0; tile -= (int)gridDim.x) {
         const int r0 = tile * 128, r0w = r0 + 64 * cw;
-        const int end = key_end(p, min(r0 + 128, rows) - 1, G, k_len, off);
+        const int end = key_end(p, seq, min(r0 + 128, rows) - 1);
         const int n_tiles = (end + kBN - 1) / kBN;
-        const int end_w = r0w < rows ? key_end(p, min(r0w + 64, rows) - 1, G, k_len, off) : 0;
+        const int end_w = r0w < rows ? key_end(p, seq, min(r0w + 64, rows) - 1) : 0;
         const int n_w = (end_w + kBN - 1) / kBN;
-        const int i_first = r0w / G;
+        const int i_first = r0w / seq.G;
 
         // Q rows [r0w, r0w + 64) (zero past the last row) into the warpgroup's slabs
         {
@@ -447,7 +446,7 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
                 const int r = e / kPer, ch = e % kPer, rr = r0w + r;
                 const bool ok = rr < rows;
                 const unsigned short *src =
-                    ok ? gq + (q0 + rr / G) * p.q_stride_t + (long long)(hk * G + rr % G) * p.q_stride_h + ch * 8
+                    ok ? gq + q_row_offset(p, seq, hk, rr) + ch * 8
                        : gq;
                 cp_async_16(smem + cw * L::kQBytes + (ch / 8) * kSlab + sw(r, ch % 8), src, ok);
             }
@@ -462,8 +461,8 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
         }
 
         const int ra = r0w + warp * 16 + g, rb = ra + 8;
-        const int ia = ra / G, ib = rb / G;
-        float m[2] = {neg_inf, neg_inf}, l[2] = {0.f, 0.f};
+        const int ia = ra / seq.G, ib = rb / seq.G;
+        float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
         float o[kOn][4];
 #pragma unroll
         for (int j = 0; j < kOn; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
@@ -486,16 +485,16 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
         // the scores of tile n in sc: scaled, masked, N:M
         auto scores = [&](int n) {
             const int j0 = n * kBN;
-            const bool masked = j0 + kBN > k_len || (p.causal && j0 + kBN - 1 > i_first + off);
-            pm_scores<kM>(sc, p, j0, masked, ia, ib, k_len, off, q_len);
+            const bool masked = j0 + kBN > seq.k_len || (p.causal && j0 + kBN - 1 > i_first + seq.off);
+            pm_scores<kM>(sc, p, seq, j0, masked, ia, ib);
         };
         // waits for V of tile n in stage s; rows past k_len belong to another sequence (or lie
         // past the tensor: zeros): their P is 0, but a non-finite value would still reach O, so
         // they are zeroed (with V quantized, the quantizers did it)
         auto wait_v = [&](int n, int s, unsigned ph) {
             mbarrier_wait_parity(bar_v + 8 * s, ph);
-            if (kV == kNone && n * kBN + kBN > k_len) {
-                zero_rows<kWg, kDv>(smem + L::kV + s * L::kVBytes, k_len - n * kBN, wt);
+            if (kV == kNone && n * kBN + kBN > seq.k_len) {
+                zero_rows<kWg, kDv>(smem + L::kV + s * L::kVBytes, seq.k_len - n * kBN, wt);
                 fence_proxy_async_shared();
                 named_barrier_sync(1 + cw, kWg);
             }
@@ -630,7 +629,7 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
             }
         }
 
-        pm_store<kF16, kOn>(p, o, m, l, ra, rows, G, hk, q0);
+        pm_store<kF16, kOn>(p, seq, o, m, l, ra, rows, hk);
     }
 }
 
