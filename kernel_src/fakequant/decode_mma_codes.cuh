@@ -17,6 +17,7 @@
 // factors (sc, gs) are applied to the fp32 products.
 #pragma once
 
+#include "common/select.cuh"
 #include "fakequant/quant.cuh"
 
 namespace mla {
@@ -62,10 +63,12 @@ __device__ __forceinline__ float e4m3_rn(float a) {
 // quant.cuh's e2m1_mag without the comparison chain, equal to it for every a >= +0 and NaN
 // (checked over all 2^32 bit patterns, tools/fqtc/codes.c): below 1 the quantum is 0.5 (rint of 2a, nearest even),
 // from 1 to 6 the fp32 significand is rounded to one bit (nearest even), from 6 on (and NaN) 6.
+// Both roundings are computed and one is selected (common/select.cuh): written as C ternaries
+// they compiled to two nested branches per element, on which the lanes of a block diverge.
 __device__ __forceinline__ float e2m1_mag_fast(float a) {
     unsigned u = __float_as_uint(a);
     u = (u + 0x1fffffu + ((u >> 22) & 1u)) & 0xffc00000u;
-    return a < 1.f ? rintf(a * 2.f) * 0.5f : a < 6.f ? __uint_as_float(u) : 6.f;
+    return select(a < 1.f, rintf(a * 2.f) * 0.5f, select(a < 6.f, __uint_as_float(u), 6.f));
 }
 
 // An NVFP4 block's scale: the code sc = rne_e4m3(min(bamax / (6 gs), 448)) (the quotient from

@@ -119,21 +119,12 @@ __device__ __forceinline__ Nvfp4Scale nvfp4_scale_nb(float bamax, const QScale &
     return sc;
 }
 
-// decode_mma_codes.cuh's e2m1_mag_fast (the same three cases, so equal to quant.cuh's e2m1_mag
-// for every a >= +0 and NaN) with both roundings computed and one selected: the ternaries there
-// compile to two nested branches per element, on which the lanes of a block diverge.
-__device__ __forceinline__ float e2m1_mag_nb(float a) {
-    unsigned u = __float_as_uint(a);
-    u = (u + 0x1fffffu + ((u >> 22) & 1u)) & 0xffc00000u;
-    return select(a < 1.f, rintf(a * 2.f) * 0.5f, select(a < 6.f, __uint_as_float(u), 6.f));
-}
-
 // The NVFP4 code of element x of a block with scale s: nvfp4_code_fast (decode_mma_codes.cuh)
 // where sb != 0, else 0 (nvfp4_code's value), without branches.
 __device__ __forceinline__ float nvfp4_code_nb(float x, const Nvfp4Scale &s) {
     const float a = fabsf(x), q0 = __fmul_rn(a, s.rsb);
     const float q1 = __fmaf_rn(__fmaf_rn(-q0, s.sb, a), s.rsb, q0);
-    const float r = e2m1_mag_nb(q0 == __int_as_float(0x7f800000) ? q0 : q1) * s.sc;
+    const float r = e2m1_mag_fast(q0 == __int_as_float(0x7f800000) ? q0 : q1) * s.sc;
     return select(s.sb != 0.f, x < 0.f ? -r : r, 0.f);
 }
 
