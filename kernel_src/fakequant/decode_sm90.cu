@@ -755,7 +755,7 @@ __global__ void __launch_bounds__(sm90dec::kThreads, 1) decode_sm90_kernel(
     using namespace sm90dec;
     constexpr int kStages = kK == kNone ? 4 : 3;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
-    unsigned char *smem = smem_raw + ((1024u - (flashmla::smem_addr(smem_raw) & 1023u)) & 1023u);
+    unsigned char *smem = flashmla::align_smem_1024(smem_raw);
     const unsigned base = flashmla::smem_addr(smem);
     const int chunk = blockIdx.y, h0 = blockIdx.x * kHeads, b = blockIdx.z;
     const int tid = threadIdx.x;

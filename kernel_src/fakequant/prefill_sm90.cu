@@ -336,7 +336,7 @@ __global__ void __launch_bounds__(sm90p::kThreads, 1)
     constexpr bool kQuantKV = kK != kNone || kV != kNone;
     static_assert(kDv == 64 || kDv == 128, "dv 64 or 128");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
-    unsigned char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+    unsigned char *smem = flashmla::align_smem_1024(smem_raw);
     const unsigned base = smem_addr(smem);
     const unsigned bar_full_k = base + L::kBar, bar_full_v = bar_full_k + 8 * kS;
     const unsigned bar_ready_k = bar_full_v + 8 * kS, bar_ready_v = bar_ready_k + 8 * kS;

@@ -638,7 +638,7 @@ __device__ __forceinline__ void consume1(const typename F::Params &p, unsigned c
 template <class F, int kPair = 0>
 __device__ __forceinline__ void attend_cta_ws(const typename F::Params &p) {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
-    unsigned char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+    unsigned char *smem = align_smem_1024(smem_raw);
     const int nm = (p.h_q + kBlockM - 1) / kBlockM;
     const int token = blockIdx.x / nm, m = blockIdx.x % nm;
     const unsigned bars = smem_addr(smem) + kSmemBarW;
