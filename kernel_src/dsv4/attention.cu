@@ -65,6 +65,7 @@
 #include "common/gemm.cuh"
 #include "common/stream_gemm.cuh"
 #include "common/grid_barrier.cuh"
+#include "dsv4/stream_bf16.cuh"
 #include "common/ptx_mma.cuh"
 #include "common/rope.cuh"
 #include "common/softmax.cuh"
@@ -315,8 +316,205 @@ __device__ __forceinline__ KSplit projection_split(int m_tiles, int tiles, int k
     return {(ksteps + steps - 1) / steps, steps};
 }
 
+// ---- phase 1 for T <= kP1StreamTokens: the weight-streaming GEMMs -------------------------------
+//
+// x is quantized once (mxq: e4m3 codes + ue8m0 scales, the bits the tiled path's mxq(x) rounds
+// to) by all CTAs, a thread per 32-wide group, into the part_o region (free until phase 4: row t
+// at part_o + t * (H + H / 32), H code bytes then H / 32 scale bytes); each CTA then counts itself
+// on bank word kXReadyWord. The GEMM items are blocks of 64 rows of [wq_a; wkv] (24 blocks,
+// common/stream_gemm.cuh on the codes) and, on HCA layers, of wkv_gate (16 blocks of bf16 rows,
+// dsv4/stream_bf16.cuh on x itself), each block's K cut into slices (fp32 partials in part_k,
+// the last slice sums them in slice order: the tiled path's split-K contract, counters at bank
+// words kSplitWord0 + block). A slice streams its W rows once; its producer starts the W copies
+// at once and the x-code copies once every CTA has counted (ready), so the wait overlaps the
+// W stream. Block 0 zeroes kXReadyWord after barrier 0 (nobody reads it after that).
+constexpr int kP1StreamTokens = 16;
+constexpr int kP1BN = 64;
+constexpr int kXReadyWord = 4;                  // bank word: CTAs done quantizing x
+template <int kH, int kNT>
+using CfgP1 = sgemm::Config<kP1BN, kNT, 128, 8, 2, kH / 32, 4, false>;   // [wq_a; wkv] codes
+template <int kNT>
+using CfgP1Gate = bstream::Config<kP1BN, kNT, 256, 6, 2, 4>;              // wkv_gate bf16
+static_assert(CfgP1<128, 2>::kThreads <= kThreads && CfgP1Gate<2>::kThreads <= kThreads,
+              "the stream GEMMs' warps fit the block");
+
+// The TMA descriptors of phase 1 (runtime/dsv4_attention.c, p1_maps): qa / kv: W = wq_a / wkv,
+// A = the x codes (T rows of H bytes, row stride H + H / 32), sf = wq_a_sf / wkv_sf (1 K-atom per
+// stage); gate_w = wkv_gate bytes {2 H, 1024} box {128, 64}, gate_x = x bytes {2 H, T} box
+// {128, 8 kNT}. Zeroed and unused when T > kP1StreamTokens.
+struct alignas(64) P1Maps {
+    sgemm::Maps qa, kv;
+    sgemm::TmaMap gate_w, gate_x;
+};
+
+template <int kH>
+__host__ __device__ constexpr int xq_ld() { return kH + kH / 32; }
+
+// mxq(x) codes and scales into the part_o region, then this CTA counts itself on kXReadyWord.
+template <int kH>
+__device__ void quantize_x(const Params &p) {
+    constexpr int kG = kH / 32;
+    unsigned char *xq = reinterpret_cast<unsigned char *>(p.part_o);
+    for (int g = (int)(blockIdx.x * kThreads + threadIdx.x); g < p.T * kG;
+         g += (int)(gridDim.x * kThreads)) {
+        const int t = g / kG, j = g % kG;
+        float v[32];
+        load_bf16<32>(p.x + t * p.x_stride + j * 32, v);
+        unsigned q[8];
+        const unsigned sf = fp8::quantize_group<32, 32>(v, q);
+        unsigned char *row = xq + (long long)t * xq_ld<kH>();
+        uint4 *dst = reinterpret_cast<uint4 *>(row + j * 32);
+        dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
+        dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
+        row[kH + j] = (unsigned char)sf;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        red_add_release_gpu(p.bank + kXReadyWord, 1u);
+    }
+}
+
+// The epilogue of a streamed phase-1 slice (the consumer threads of Cfg, D[r * kDPitch + t]):
+// with one slice store(t, n0 + r, v0, v1) for row pairs (r, r + 1) straight from D; with several
+// the slice's fp32 partial goes to part_k[slice][t][col + r], and the last slice to arrive on
+// counter sums the partials in slice order and stores.
+template <class Cfg, class Store>
+__device__ void p1_store(const Params &p, const float *D, int T, int n0, const Slice &sl,
+                         Store store) {
+    constexpr int kP = Cfg::kDPitch, kBN = Cfg::kBN;
+    const int tid = (int)threadIdx.x;
+    if (sl.count == 1) {
+        for (int x = tid; x < T * kBN / 2; x += Cfg::kConsumers) {
+            const int t = x / (kBN / 2), r = 2 * (x % (kBN / 2));
+            store(t, n0 + r, D[r * kP + t], D[(r + 1) * kP + t]);
+        }
+        return;
+    }
+    __shared__ unsigned s_last;
+    float *part = p.part_k + sl.col;
+    const long long slice_stride = (long long)p.T * kPartCols;
+    for (int x = tid; x < T * kBN; x += Cfg::kConsumers) {
+        const int t = x / kBN, r = x % kBN;
+        part[sl.index * slice_stride + (long long)t * kPartCols + r] = D[r * kP + t];
+    }
+    __threadfence();
+    named_barrier_sync(1, Cfg::kConsumers);
+    if (tid == 0) {
+        const bool last = atom_add_acq_rel_gpu(sl.counter, 1u) == (unsigned)sl.count - 1u;
+        if (last) *sl.counter = 0u;          // every slice has arrived; nobody touches it again
+        s_last = last;
+    }
+    named_barrier_sync(1, Cfg::kConsumers);
+    if (!s_last) return;
+    for (int x = tid; x < T * kBN / 2; x += Cfg::kConsumers) {
+        const int t = x / (kBN / 2), r = 2 * (x % (kBN / 2));
+        const float *src = part + (long long)t * kPartCols + r;
+        float2 sum = __ldcg(reinterpret_cast<const float2 *>(src));
+        for (int j = 1; j < sl.count; ++j) {
+            const float2 v = __ldcg(reinterpret_cast<const float2 *>(src + j * slice_stride));
+            sum.x += v.x, sum.y += v.y;
+        }
+        store(t, n0 + r, sum.x, sum.y);
+    }
+}
+
+// Slice sl of the 64-row block `block` of [wq_a; wkv] on the x codes.
+template <int kH, int kNT>
+__device__ void qkv_stream(const Params &p, const P1Maps &maps, int block, const Slice &sl,
+                           unsigned char *smem) {
+    using Cfg = CfgP1<kH, kNT>;
+    const int n = block * kP1BN;
+    const bool is_q = n < kQL;
+    const unsigned char *xq = reinterpret_cast<const unsigned char *>(p.part_o);
+    sgemm::Operands op;
+    op.a = xq + sl.k0, op.a_sf = xq + kH + sl.k0 / 32;
+    op.lda = xq_ld<kH>(), op.lda_sf = xq_ld<kH>();
+    op.w = is_q ? p.wq_a : p.wkv, op.w_sf = is_q ? p.wq_a_sf : p.wkv_sf;
+    op.ldw = kH, op.w_kb = kH / 32;
+    op.w_k0 = sl.k0, op.k_len = sl.len, op.T = p.T;
+    op.a_col0 = sl.k0, op.maps = is_q ? &maps.qa : &maps.kv;
+    const int n0 = is_q ? n : n - kQL;
+    unsigned *ready = p.bank + kXReadyWord;
+    sgemm::run<Cfg>(
+        op, n0, smem,
+        [&] {
+            while (ld_acquire_gpu(ready) < gridDim.x) __nanosleep(32);
+        },
+        [&](const float *D, int T) {
+            if (is_q)
+                p1_store<Cfg>(p, D, T, n0, sl, StoreBf16{p.qa, kQL});
+            else
+                p1_store<Cfg>(p, D, T, n0, sl, StoreBf16{p.kv, kKVL});
+        });
+}
+
+// Slice sl of the 64-row block `block` of wkv_gate (bf16) on x (bf16).
+template <int kH, int kNT>
+__device__ void gate_stream(const Params &p, const P1Maps &maps, int block, const Slice &sl,
+                            unsigned char *smem) {
+    using Cfg = CfgP1Gate<kNT>;
+    bstream::Operands op;
+    op.w = &maps.gate_w, op.x = &maps.gate_x;
+    op.k0_bytes = 2 * sl.k0, op.k_bytes = 2 * sl.len, op.T = p.T;
+    const int n0 = block * kP1BN;
+    bstream::run<Cfg>(op, n0, smem, [&](const float *D, int T) {
+        p1_store<Cfg>(p, D, T, n0, sl, StoreF32{p.kv_gate, 2 * kKVL});
+    });
+}
+
+// K slices of `blocks` row blocks of `ksteps` steps of `step` columns over at most `ctas` CTAs.
+struct P1Split {
+    int count, steps;
+};
+__device__ __forceinline__ P1Split p1_split(int ctas, int blocks, int ksteps) {
+    int s = min(max(ctas / blocks, 1), min(kKSlices, ksteps));
+    const int steps = (ksteps + s - 1) / s;
+    return {(ksteps + steps - 1) / steps, steps};
+}
+
+template <int kH, bool kHca, int kNT>
+__device__ void phase_projections_stream(const Params &p, const P1Maps &maps,
+                                         unsigned char *smem) {
+    constexpr int kQBlocks = (kQL + kKVL) / kP1BN, kGBlocks = kHca ? 2 * kKVL / kP1BN : 0;
+    constexpr int kQSteps = kH / 128;                                // CfgP1: 128 columns a step
+    constexpr int kGSteps = 2 * kH / CfgP1Gate<kNT>::kKS;            // 256 bytes = 128 columns
+    static_assert(kSplitWord0 + kQBlocks + kGBlocks <= 256, "slice counters fit the bank");
+    quantize_x<kH>(p);
+    // HCA: the CTAs shared by bytes (fp8 W 6 MB, bf16 gate 8 MB): 3/7 of them to [wq_a; wkv].
+    const int grid = (int)gridDim.x;
+    const P1Split qs = p1_split(kHca ? grid * 3 / 7 : grid, kQBlocks, kQSteps);
+    const P1Split gs = kHca ? p1_split(grid - kQBlocks * qs.count, kGBlocks, kGSteps)
+                            : P1Split{0, 1};
+    const int q_items = kQBlocks * qs.count, items = q_items + kGBlocks * gs.count;
+    for (int item = (int)blockIdx.x; item < items; item += grid) {
+        if (item < q_items) {
+            const int block = item % kQBlocks, slice = item / kQBlocks;
+            const int k0 = slice * qs.steps * 128;
+            const Slice sl = {k0, min(kH - k0, qs.steps * 128), slice, qs.count, block * kP1BN,
+                              p.bank + kSplitWord0 + block};
+            qkv_stream<kH, kNT>(p, maps, block, sl, smem);
+        } else {
+            const int it = item - q_items, block = it % kGBlocks, slice = it / kGBlocks;
+            const int k0 = slice * gs.steps * 128;
+            const Slice sl = {k0, min(kH - k0, gs.steps * 128), slice, gs.count,
+                              kQL + kKVL + block * kP1BN, p.bank + kSplitWord0 + kQBlocks + block};
+            gate_stream<kH, kNT>(p, maps, block, sl, smem);
+        }
+        __syncthreads();                    // smem free for the next item
+    }
+}
+
 template <int kH, bool kHca>
-__device__ void phase_projections(const Params &p, unsigned char *smem) {
+__device__ void phase_projections(const Params &p, const P1Maps &maps, unsigned char *smem) {
+    if (p.T <= 8) {
+        phase_projections_stream<kH, kHca, 1>(p, maps, smem);
+        return;
+    }
+    if (p.T <= kP1StreamTokens) {
+        phase_projections_stream<kH, kHca, 2>(p, maps, smem);
+        return;
+    }
     const int mt = (p.T + kBM - 1) / kBM;
     constexpr int n_qkv = (kQL + kKVL) / kBN;
     constexpr int n_gate = kHca ? 2 * kKVL / kBN : 0;
@@ -859,16 +1057,20 @@ static_assert(CfgQkv::kThreads == kThreads && CfgGate::kThreads == kThreads &&
 
 template <int kH, int kPage, int kDraft, int kHca>
 __global__ void __launch_bounds__(kThreads, 1) attention_kernel(
-    const Params p, const __grid_constant__ sgemm::Maps qmaps) {
+    const Params p, const __grid_constant__ sgemm::Maps qmaps,
+    const __grid_constant__ P1Maps p1maps) {
     static_assert(kH % 128 == 0 && kH > 0, "H: a positive multiple of 128");
     static_assert(kPage > 0 && (kPage & (kPage - 1)) == 0, "page_size: a power of two");
     static_assert(kDraft >= 0 && (kHca == 0 || kHca == 1), "draft_tokens >= 0, hca 0 or 1");
     extern __shared__ __align__(128) unsigned char smem[];
     if (p.params_bytes != (int)sizeof(Params) || gemm::dynamic_smem_bytes() < (unsigned)kSmemBytes)
         __trap();  // the host's argument struct or smem size drifted from this file
-    phase_projections<kH, kHca != 0>(p, smem);
+    static_assert(CfgP1<kH, 2>::kSmemBytes <= kSmemBytes && CfgP1Gate<2>::kSmemBytes <= kSmemBytes,
+                  "phase 1's stream GEMMs fit the launch's shared memory");
+    phase_projections<kH, kHca != 0>(p, p1maps, smem);
     prefetch_q_weights(p);
     grid_barrier(p.bank + 0);
+    if (blockIdx.x == 0 && threadIdx.x == 0) p.bank[kXReadyWord] = 0u;  // read before barrier 0 only
     phase_token_rows<kPage, kDraft, kHca != 0>(p, smem);
     grid_barrier(p.bank + 1);
     phase_q_projection<kDraft, kHca != 0>(p, qmaps, smem);
