@@ -402,27 +402,37 @@ static mla_status launch_cooperative(mla_runtime *rt, const mla__kernel *k, CUst
 
 /* T <= this: phase 3 runs the stream GEMM (kQStreamTokens of attention.cu). */
 #define DSV4_Q_STREAM_TOKENS 16
-/* T <= this: phase 1 runs the stream GEMMs (kP1StreamTokens of attention.cu). */
-#define DSV4_P1_STREAM_TOKENS 16
+/* T <= this: phase 1 runs the stream GEMMs (kP1StreamTokens of attention.cu; the kernel may
+ * take a lower threshold and ignore the descriptors above it). */
+#define DSV4_P1_STREAM_TOKENS 64
 
 /* The kernel's third parameter, mla::dsv4::P1Maps (64-byte aligned CUtensorMaps). */
 typedef struct p1_maps {
     mla__dsv4_maps qa, kv;
     CUtensorMap gate_w, gate_x;
+    mla__dsv4_maps qa2, kv2;  /* T > 32: tokens 32.. of the x codes (the kernel's second half) */
 } p1_maps;
 
 /* T <= DSV4_P1_STREAM_TOKENS: phase 1's descriptors (attention.cu, P1Maps). The x codes are in
  * the part_o region, row t at t * (H + H / 32): H code bytes, then the scales; the workspace
- * check guarantees part_o's min(T, 16) * 512 KiB >= T * (H + H / 32) for H <= 65536. */
+ * check guarantees part_o's min(T, 16) * 512 KiB >= T * (H + H / 32) for T <= 64, H <= 65536. */
 static mla_status fill_p1_maps(mla_runtime *rt, const mla_attention_args *a,
                                const attention_params *p, int T, long long H, int hca,
                                p1_maps *m) {
-    const int tp = T <= 8 ? 8 : 16;
+    /* tp: the token rows of a stage (kTP); [wq_a; wkv] at most 32 (two halves above 32). */
+    const int tp = T <= 8 ? 8 : T <= 16 ? 16 : T <= 32 ? 32 : 64, tq = tp < 32 ? tp : 32;
     const long long ldx = H + H / 32;
     MLA_FORWARD_IF_ERROR(mla__dsv4_stream_maps(rt, &m->qa, p->wq_a, H, DSV4_QL, H, 64, p->part_o,
-                                               H, T, ldx, tp, p->wq_a_sf, 1));
+                                               H, T, ldx, tq, p->wq_a_sf, 1));
     MLA_FORWARD_IF_ERROR(mla__dsv4_stream_maps(rt, &m->kv, p->wkv, H, DSV4_KVL, H, 64, p->part_o,
-                                               H, T, ldx, tp, p->wkv_sf, 1));
+                                               H, T, ldx, tq, p->wkv_sf, 1));
+    if (T > 32) {
+        const CUdeviceptr x2 = p->part_o + (CUdeviceptr)(32 * ldx);
+        MLA_FORWARD_IF_ERROR(mla__dsv4_stream_maps(rt, &m->qa2, p->wq_a, H, DSV4_QL, H, 64, x2, H,
+                                                   T - 32, ldx, 32, p->wq_a_sf, 1));
+        MLA_FORWARD_IF_ERROR(mla__dsv4_stream_maps(rt, &m->kv2, p->wkv, H, DSV4_KVL, H, 64, x2, H,
+                                                   T - 32, ldx, 32, p->wkv_sf, 1));
+    }
     if (!hca) return MLA_OK;
     /* T == 1 may have any row stride: one row is read, so the descriptor takes 2 H. */
     const long long xs = T == 1 ? 2 * H : 2 * (long long)mla__stride(a->hidden_states, 0);

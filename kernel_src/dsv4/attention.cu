@@ -316,7 +316,7 @@ __device__ __forceinline__ KSplit projection_split(int m_tiles, int tiles, int k
     return {(ksteps + steps - 1) / steps, steps};
 }
 
-// ---- phase 1 for T <= kP1StreamTokens: the weight-streaming GEMMs -------------------------------
+// ---- phase 1 for T <= kP1StreamTokens (64): the weight-streaming GEMMs ----------------------------
 //
 // x is quantized once (mxq: e4m3 codes + ue8m0 scales, the bits the tiled path's mxq(x) rounds
 // to) by all CTAs, a thread per 32-wide group, into the part_o region (free until phase 4: row t
@@ -328,23 +328,32 @@ __device__ __forceinline__ KSplit projection_split(int m_tiles, int tiles, int k
 // words kSplitWord0 + block). A slice streams its W rows once; its producer starts the W copies
 // at once and the x-code copies once every CTA has counted (ready), so the wait overlaps the
 // W stream. Block 0 zeroes kXReadyWord after barrier 0 (nobody reads it after that).
-constexpr int kP1StreamTokens = 16;
+constexpr int kP1StreamTokens = 64;             // DSV4_P1_STREAM_TOKENS (16, 32 or 64)
+static_assert(kP1StreamTokens == 16 || kP1StreamTokens == 32 || kP1StreamTokens == 64,
+              "8 kNT token rows, kNT in {2, 4, 8}");
 constexpr int kP1BN = 64;
+constexpr int kP1MaxH = 8192;                   // larger H: the tiled path at every T
 constexpr int kXReadyWord = 4;                  // bank word: CTAs done quantizing x
+// 4 consumer warps: 2 row groups x 2 K parts, from 32 tokens 4 row groups (registers).
 template <int kH, int kNT>
-using CfgP1 = sgemm::Config<kP1BN, kNT, 128, 8, 2, kH / 32, 4, false>;   // [wq_a; wkv] codes
+using CfgP1 = sgemm::Config<kP1BN, kNT, 128, 8, kNT >= 4 ? 4 : 2, kH / 32, 4, false>;  // codes
 template <int kNT>
-using CfgP1Gate = bstream::Config<kP1BN, kNT, 256, 6, 2, 4>;              // wkv_gate bf16
+using CfgP1Gate = bstream::Config<kP1BN, kNT, 256, 6, kNT >= 4 ? 4 : 2, 4>;  // wkv_gate bf16
 static_assert(CfgP1<128, 2>::kThreads <= kThreads && CfgP1Gate<2>::kThreads <= kThreads,
               "the stream GEMMs' warps fit the block");
 
 // The TMA descriptors of phase 1 (runtime/dsv4_attention.c, p1_maps): qa / kv: W = wq_a / wkv,
 // A = the x codes (T rows of H bytes, row stride H + H / 32), sf = wq_a_sf / wkv_sf (1 K-atom per
 // stage); gate_w = wkv_gate bytes {2 H, 1024} box {128, 64}, gate_x = x bytes {2 H, T} box
-// {128, 8 kNT}. Zeroed and unused when T > kP1StreamTokens.
+// {128, 8 kNT}, kNT = 1, 2, 4, 8 for T <= 8, 16, 32, 64. Zeroed and unused when
+// T > kP1StreamTokens.
+// T > 32: [wq_a; wkv] runs in two token halves of 32 (kNT 4: the kNT 8 consumer does not fit
+// the kernel's registers), qa / kv for tokens 0..31 and qa2 / kv2 (A from x code row 32 on) for
+// the rest.
 struct alignas(64) P1Maps {
     sgemm::Maps qa, kv;
     sgemm::TmaMap gate_w, gate_x;
+    sgemm::Maps qa2, kv2;
 };
 
 template <int kH>
@@ -375,24 +384,24 @@ __device__ void quantize_x(const Params &p) {
     }
 }
 
-// The epilogue of a streamed phase-1 slice (the consumer threads of Cfg, D[r * kDPitch + t]):
-// with one slice store(t, n0 + r, v0, v1) for row pairs (r, r + 1) straight from D; with several
-// the slice's fp32 partial goes to part_k[slice][t][col + r], and the last slice to arrive on
-// counter sums the partials in slice order and stores.
+// The epilogue of a streamed phase-1 slice (the consumer threads of Cfg, D[r * kDPitch + t], the
+// tile's tokens t0 + t): with one slice store(t0 + t, n0 + r, v0, v1) for row pairs (r, r + 1)
+// straight from D; with several the slice's fp32 partial goes to part_k[slice][t0 + t][col + r],
+// and the last slice to arrive on counter sums the partials in slice order and stores.
 template <class Cfg, class Store>
-__device__ void p1_store(const Params &p, const float *D, int T, int n0, const Slice &sl,
+__device__ void p1_store(const Params &p, const float *D, int T, int t0, int n0, const Slice &sl,
                          Store store) {
     constexpr int kP = Cfg::kDPitch, kBN = Cfg::kBN;
     const int tid = (int)threadIdx.x;
     if (sl.count == 1) {
         for (int x = tid; x < T * kBN / 2; x += Cfg::kConsumers) {
             const int t = x / (kBN / 2), r = 2 * (x % (kBN / 2));
-            store(t, n0 + r, D[r * kP + t], D[(r + 1) * kP + t]);
+            store(t0 + t, n0 + r, D[r * kP + t], D[(r + 1) * kP + t]);
         }
         return;
     }
     __shared__ unsigned s_last;
-    float *part = p.part_k + sl.col;
+    float *part = p.part_k + sl.col + (long long)t0 * kPartCols;
     const long long slice_stride = (long long)p.T * kPartCols;
     for (int x = tid; x < T * kBN; x += Cfg::kConsumers) {
         const int t = x / kBN, r = x % kBN;
@@ -415,25 +424,29 @@ __device__ void p1_store(const Params &p, const float *D, int T, int n0, const S
             const float2 v = __ldcg(reinterpret_cast<const float2 *>(src + j * slice_stride));
             sum.x += v.x, sum.y += v.y;
         }
-        store(t, n0 + r, sum.x, sum.y);
+        store(t0 + t, n0 + r, sum.x, sum.y);
     }
 }
 
-// Slice sl of the 64-row block `block` of [wq_a; wkv] on the x codes.
+// Slice sl of the 64-row block `block` of [wq_a; wkv] on the x codes of tokens 32 half ..
+// (half 1 only with kNT 4 at T > 32).
 template <int kH, int kNT>
-__device__ void qkv_stream(const Params &p, const P1Maps &maps, int block, const Slice &sl,
-                           unsigned char *smem) {
+__device__ void qkv_stream(const Params &p, const P1Maps &maps, int block, int half,
+                           const Slice &sl, unsigned char *smem) {
     using Cfg = CfgP1<kH, kNT>;
     const int n = block * kP1BN;
     const bool is_q = n < kQL;
-    const unsigned char *xq = reinterpret_cast<const unsigned char *>(p.part_o);
+    const int t0 = 32 * half;
+    const unsigned char *xq =
+        reinterpret_cast<const unsigned char *>(p.part_o) + (long long)t0 * xq_ld<kH>();
     sgemm::Operands op;
     op.a = xq + sl.k0, op.a_sf = xq + kH + sl.k0 / 32;
     op.lda = xq_ld<kH>(), op.lda_sf = xq_ld<kH>();
     op.w = is_q ? p.wq_a : p.wkv, op.w_sf = is_q ? p.wq_a_sf : p.wkv_sf;
     op.ldw = kH, op.w_kb = kH / 32;
-    op.w_k0 = sl.k0, op.k_len = sl.len, op.T = p.T;
-    op.a_col0 = sl.k0, op.maps = is_q ? &maps.qa : &maps.kv;
+    op.w_k0 = sl.k0, op.k_len = sl.len, op.T = min(p.T - t0, Cfg::kTP);
+    op.a_col0 = sl.k0;
+    op.maps = half ? (is_q ? &maps.qa2 : &maps.kv2) : (is_q ? &maps.qa : &maps.kv);
     const int n0 = is_q ? n : n - kQL;
     unsigned *ready = p.bank + kXReadyWord;
     sgemm::run<Cfg>(
@@ -443,9 +456,9 @@ __device__ void qkv_stream(const Params &p, const P1Maps &maps, int block, const
         },
         [&](const float *D, int T) {
             if (is_q)
-                p1_store<Cfg>(p, D, T, n0, sl, StoreBf16{p.qa, kQL});
+                p1_store<Cfg>(p, D, T, t0, n0, sl, StoreBf16{p.qa, kQL});
             else
-                p1_store<Cfg>(p, D, T, n0, sl, StoreBf16{p.kv, kKVL});
+                p1_store<Cfg>(p, D, T, t0, n0, sl, StoreBf16{p.kv, kKVL});
         });
 }
 
@@ -459,7 +472,7 @@ __device__ void gate_stream(const Params &p, const P1Maps &maps, int block, cons
     op.k0_bytes = 2 * sl.k0, op.k_bytes = 2 * sl.len, op.T = p.T;
     const int n0 = block * kP1BN;
     bstream::run<Cfg>(op, n0, smem, [&](const float *D, int T) {
-        p1_store<Cfg>(p, D, T, n0, sl, StoreF32{p.kv_gate, 2 * kKVL});
+        p1_store<Cfg>(p, D, T, 0, n0, sl, StoreF32{p.kv_gate, 2 * kKVL});
     });
 }
 
@@ -477,44 +490,62 @@ template <int kH, bool kHca, int kNT>
 __device__ void phase_projections_stream(const Params &p, const P1Maps &maps,
                                          unsigned char *smem) {
     constexpr int kQBlocks = (kQL + kKVL) / kP1BN, kGBlocks = kHca ? 2 * kKVL / kP1BN : 0;
+    constexpr int kHalves = kNT == 8 ? 2 : 1, kQNT = kNT == 8 ? 4 : kNT;  // [wq_a; wkv] tokens
     constexpr int kQSteps = kH / 128;                                // CfgP1: 128 columns a step
     constexpr int kGSteps = 2 * kH / CfgP1Gate<kNT>::kKS;            // 256 bytes = 128 columns
-    static_assert(kSplitWord0 + kQBlocks + kGBlocks <= 256, "slice counters fit the bank");
+    static_assert(CfgP1<kH, kNT>::kSmemBytes <= kSmemBudget &&
+                      CfgP1Gate<kNT>::kSmemBytes <= kSmemBudget,
+                  "phase 1's stream GEMMs fit the launch's shared memory");
+    // Counters below word 128 (output_proj's split counters start there).
+    static_assert(kSplitWord0 + kQBlocks * kHalves + kGBlocks <= 128, "slice counters fit");
     quantize_x<kH>(p);
     // HCA: the CTAs shared by bytes (fp8 W 6 MB, bf16 gate 8 MB): 3/7 of them to [wq_a; wkv].
     const int grid = (int)gridDim.x;
-    const P1Split qs = p1_split(kHca ? grid * 3 / 7 : grid, kQBlocks, kQSteps);
+    const P1Split qs = p1_split(kHca ? grid * 3 / 7 : grid, kQBlocks * kHalves, kQSteps);
     const P1Split gs = kHca ? p1_split(grid - kQBlocks * qs.count, kGBlocks, kGSteps)
                             : P1Split{0, 1};
-    const int q_items = kQBlocks * qs.count, items = q_items + kGBlocks * gs.count;
+    const int q_items = kQBlocks * kHalves * qs.count, items = q_items + kGBlocks * gs.count;
     for (int item = (int)blockIdx.x; item < items; item += grid) {
         if (item < q_items) {
-            const int block = item % kQBlocks, slice = item / kQBlocks;
+            const int block = item % kQBlocks, rest = item / kQBlocks;
+            const int half = rest % kHalves, slice = rest / kHalves;
             const int k0 = slice * qs.steps * 128;
             const Slice sl = {k0, min(kH - k0, qs.steps * 128), slice, qs.count, block * kP1BN,
-                              p.bank + kSplitWord0 + block};
-            qkv_stream<kH, kNT>(p, maps, block, sl, smem);
+                              p.bank + kSplitWord0 + block + kQBlocks * half};
+            qkv_stream<kH, kQNT>(p, maps, block, half, sl, smem);
         } else {
             const int it = item - q_items, block = it % kGBlocks, slice = it / kGBlocks;
             const int k0 = slice * gs.steps * 128;
             const Slice sl = {k0, min(kH - k0, gs.steps * 128), slice, gs.count,
-                              kQL + kKVL + block * kP1BN, p.bank + kSplitWord0 + kQBlocks + block};
+                              kQL + kKVL + block * kP1BN,
+                              p.bank + kSplitWord0 + kQBlocks * kHalves + block};
             gate_stream<kH, kNT>(p, maps, block, sl, smem);
         }
         __syncthreads();                    // smem free for the next item
     }
 }
 
+// T <= kP1StreamTokens: the kNT = ceil(T / 8) rounded up to a power of two instantiation.
 template <int kH, bool kHca>
-__device__ void phase_projections(const Params &p, const P1Maps &maps, unsigned char *smem) {
+__device__ void phase_projections_stream_t(const Params &p, const P1Maps &maps,
+                                           unsigned char *smem) {
     if (p.T <= 8) {
         phase_projections_stream<kH, kHca, 1>(p, maps, smem);
         return;
     }
-    if (p.T <= kP1StreamTokens) {
+    if (p.T <= 16) {
         phase_projections_stream<kH, kHca, 2>(p, maps, smem);
         return;
     }
+    if (p.T <= 32 && kP1StreamTokens >= 32) {
+        phase_projections_stream<kH, kHca, 4>(p, maps, smem);
+        return;
+    }
+    phase_projections_stream<kH, kHca, 8>(p, maps, smem);
+}
+
+template <int kH, bool kHca>
+__device__ void phase_projections_tiled(const Params &p, unsigned char *smem) {
     const int mt = (p.T + kBM - 1) / kBM;
     constexpr int n_qkv = (kQL + kKVL) / kBN;
     constexpr int n_gate = kHca ? 2 * kKVL / kBN : 0;
@@ -534,6 +565,19 @@ __device__ void phase_projections(const Params &p, const P1Maps &maps, unsigned 
         else
             gate_tile<kH>(p, m0, (nt - n_qkv) * kBN, sl, smem);
     }
+}
+
+// Phase 1: the stream GEMMs up to kP1StreamTokens tokens (H <= kP1MaxH: the A scale table of a
+// 64-token stage holds a whole slice's groups, at most H / 32 bytes a row), else the tiles.
+template <int kH, bool kHca>
+__device__ void phase_projections(const Params &p, const P1Maps &maps, unsigned char *smem) {
+    if constexpr (kH <= kP1MaxH) {
+        if (p.T <= kP1StreamTokens) {
+            phase_projections_stream_t<kH, kHca>(p, maps, smem);
+            return;
+        }
+    }
+    phase_projections_tiled<kH, kHca>(p, smem);
 }
 
 // With one m-tile (T <= 64), after its phase-1 items: asks L2 for the wq_b rows and SfAtom scale
@@ -1121,7 +1165,8 @@ __host__ __device__ constexpr int cmax(int a, int b) { return a > b ? a : b; }
 constexpr int kGemmSmemBytes =
     cmax(cmax(cmax(CfgQkv::kSmemBytes, CfgGate::kSmemBytes),
               cmax(CfgQb::kSmemBytes, CfgQbWide::kSmemBytes)),
-         cmax(CfgQbStream1::kSmemBytes, CfgQbStream2::kSmemBytes));
+         cmax(cmax(CfgQbStream1::kSmemBytes, CfgQbStream2::kSmemBytes),
+              cmax(CfgP1<kP1MaxH, 4>::kSmemBytes, CfgP1Gate<8>::kSmemBytes)));
 constexpr int kSmemBytes =
     cmax(cmax(kGemmSmemBytes, attn::kSmemBytes), 128 * 4 + kKVL * 4 /* compressor */);
 static_assert(kSmemBytes <= kSmemBudget, "raise DSV4_ATTN_SMEM in runtime/dsv4_attention.c");
@@ -1139,8 +1184,6 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(
     extern __shared__ __align__(128) unsigned char smem[];
     if (p.params_bytes != (int)sizeof(Params) || gemm::dynamic_smem_bytes() < (unsigned)kSmemBytes)
         __trap();  // the host's argument struct or smem size drifted from this file
-    static_assert(CfgP1<kH, 2>::kSmemBytes <= kSmemBytes && CfgP1Gate<2>::kSmemBytes <= kSmemBytes,
-                  "phase 1's stream GEMMs fit the launch's shared memory");
     phase_projections<kH, kHca != 0>(p, p1maps, smem);
     prefetch_q_weights(p);
     grid_barrier(p.bank + 0);
