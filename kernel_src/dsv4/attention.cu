@@ -18,6 +18,7 @@
 //   With one m-tile (T <= 64) the 24 (HCA 40) tiles are fewer than the CTAs: split-K, each tile's
 //   K cut into up to 8 slices so that tiles * slices <= gridDim.x; a slice writes its fp32
 //   partial to part_k, the tile's last slice (bank counter) sums them in slice order and stores.
+//   T <= 64 (H <= 8192): the weight-streaming GEMMs instead (phase_projections_stream below).
 // --- barrier 0
 // Phase 2 (a warp per token row; a CTA per firing token):
 //   qr[t]      = mxq(bf16(rmsnorm(qa[t], q_norm_weight, q_eps)))      [T, 1024] bf16 (workspace qr)
@@ -30,11 +31,13 @@
 //                pooled = bf16(sum_j softmax_j(score + c128_ape[j]) * kv) per channel, then
 //                RMSNorm (c128_norm_weight, kv_eps), RoPE at c128_freqs_real[p - 127], fp8 row
 //                into c128_pool at c128_out_loc[t].
-// --- barrier 1
-// Phase 3: q[t] = bf16(qr[t] @ Wd_qb^T) into q_or_x [T, 32768]; HCA: kv_score_ring row
-//          kv_gate_ring_row[t] = g[t] (of two tokens on one row, the later position wins).
-//          Tiles of 64 x 64 (T <= 64: 64 x 128), a CTA's tiles through one carried pipeline.
+// --- barrier 1 (T > 16; at T <= 16 phase 3 waits on a count of the qr rows instead)
+// Phase 3: q[t] = bf16(qr[t] @ Wd_qb^T) into q_or_x [T, 32768].
+//          Tiles of 64 x 64 (T <= 64: 64 x 128), a CTA's tiles through one carried pipeline;
+//          T <= 16: the weight-streaming GEMM.
 // --- barrier 2 (all KV / c128 writes and all q are visible: A6)
+// HCA: kv_score_ring row kv_gate_ring_row[t] = g[t] (of two tokens on one row, the later
+//          position wins), after every compressor has read the ring.
 // Phase 4: work items (token t, head group of 16, split s) per the split-KV contract of
 //          runtime/internal.h: Q = bf16(rope(rmsnorm(q_h, eps q_eps)[448:], freqs_real[p]));
 //          rows g < rows: SWA slots of the plan (slot0 + g if g < len0, else slot1 + g - len0),
@@ -55,7 +58,9 @@
 //   freqs_real / c128_freqs_real fp32 [max_pos, 64] interleaved (cos, sin).
 //   plan       int4 [T] (slot0, len0, slot1, rows) of this kind (mla_attention_plan).
 //   bank       the kind's barrier bank: words 0..2 the phase barriers, word 3 the exit count,
-//              words 64..103 the phase-1 split-K tile counters (each back to 0 after its tile).
+//              word 4 the x-quantized count, word 5 the qr-row count (T <= 16; each zeroed by
+//              block 0 after the last barrier before which it is read), words 64..127 the
+//              phase-1 split-K tile / block counters (each back to 0 after its tile).
 //   part_o     fp32 [T, 4, 64, 512], part_lse fp32 [T, 4, 64] (split launches: T <= 16).
 //   part_k     fp32 [slices, T, 2560] phase-1 split-K partials ([qa | kv | kv_gate] columns).
 #include <cuda_bf16.h>
@@ -334,6 +339,10 @@ static_assert(kP1StreamTokens == 16 || kP1StreamTokens == 32 || kP1StreamTokens 
 constexpr int kP1BN = 64;
 constexpr int kP1MaxH = 8192;                   // larger H: the tiled path at every T
 constexpr int kXReadyWord = 4;                  // bank word: CTAs done quantizing x
+// T <= kQStreamTokens: bank word counting the qr rows phase 2 has written; phase 3's stream GEMM
+// waits on it (its W copies start at once) instead of a grid barrier 1. Zeroed by block 0 after
+// barrier 2.
+constexpr int kQrReadyWord = 5;
 // 4 consumer warps: 2 row groups x 2 K parts, from 32 tokens 4 row groups (registers).
 template <int kH, int kNT>
 using CfgP1 = sgemm::Config<kP1BN, kNT, 128, 8, kNT >= 4 ? 4 : 2, kH / 32, 4, false>;  // codes
@@ -619,6 +628,11 @@ __device__ void qr_row(const Params &p, int t, int lane) {
         dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
         dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
         row[kQL + lane] = (unsigned char)sf;
+        __syncwarp();                       // the warp's stores, then one release count
+        if (lane == 0) {
+            __threadfence();
+            red_add_release_gpu(p.bank + kQrReadyWord, 1u);
+        }
         return;
     }
     fp8::mxq<32, 32>(v);
@@ -785,7 +799,9 @@ __device__ void q_projection_stream(const Params &p, const sgemm::Maps &maps, un
     op.a_col0 = 0, op.maps = &maps;
     sgemm::run_tiles<Cfg>(
         op, count, [](int i) { return ((int)blockIdx.x + i * (int)gridDim.x) * Cfg::kBN; }, smem,
-        [] {},
+        [&] {
+            while (ld_acquire_gpu(p.bank + kQrReadyWord) < (unsigned)p.T) __nanosleep(32);
+        },
         [&](int, int n0, const float *D, int T) {
             for (int x = (int)threadIdx.x; x < T * Cfg::kBN / 2; x += Cfg::kConsumers) {
                 const int t = x / (Cfg::kBN / 2), r = 2 * (x % (Cfg::kBN / 2));
@@ -797,8 +813,6 @@ __device__ void q_projection_stream(const Params &p, const sgemm::Maps &maps, un
 
 template <int kDraft, bool kHca>
 __device__ void phase_q_projection(const Params &p, const sgemm::Maps &maps, unsigned char *smem) {
-    if (kHca)
-        for (int u = blockIdx.x; u < p.T; u += gridDim.x) ring_write<kDraft>(p, u);
     if (p.T <= 8)
         q_projection_stream<CfgQbStream1>(p, maps, smem);
     else if (p.T <= kQStreamTokens)
@@ -1189,9 +1203,17 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(
     grid_barrier(p.bank + 0);
     if (blockIdx.x == 0 && threadIdx.x == 0) p.bank[kXReadyWord] = 0u;  // read before barrier 0 only
     phase_token_rows<kPage, kDraft, kHca != 0>(p, smem);
-    grid_barrier(p.bank + 1);
+    // T <= kQStreamTokens: phase 3 waits for the qr rows alone (kQrReadyWord), no barrier 1.
+    if (p.T > kQStreamTokens) grid_barrier(p.bank + 1);
     phase_q_projection<kDraft, kHca != 0>(p, qmaps, smem);
     grid_barrier(p.bank + 2);
+    if (blockIdx.x == 0 && threadIdx.x == 0) p.bank[kQrReadyWord] = 0u;  // read before barrier 2 only
+    // HCA: the ring rows of this launch's tokens, after every compressor of phase 2 has read the
+    // ring (barrier 2; with T <= kQStreamTokens there is no barrier 1), by the last CTAs (the
+    // ones with the fewest phase-4 items).
+    if (kHca)
+        for (int u = (int)gridDim.x - 1 - (int)blockIdx.x; u < p.T; u += (int)gridDim.x)
+            ring_write<kDraft>(p, u);
     phase_attention<kPage, kHca != 0>(p, smem);
     if (p.reset_barriers) grid_exit_reset(p.bank + kExitWord, p.bank, kExitWord + 1);
 }
