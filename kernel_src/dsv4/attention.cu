@@ -31,10 +31,10 @@
 //                pooled = bf16(sum_j softmax_j(score + c128_ape[j]) * kv) per channel, then
 //                RMSNorm (c128_norm_weight, kv_eps), RoPE at c128_freqs_real[p - 127], fp8 row
 //                into c128_pool at c128_out_loc[t].
-// --- barrier 1 (T > 16; at T <= 16 phase 3 waits on a count of the qr rows instead)
+// --- barrier 1 (T > 64; at T <= 64 phase 3 waits on a count of the qr rows instead)
 // Phase 3: q[t] = bf16(qr[t] @ Wd_qb^T) into q_or_x [T, 32768].
 //          Tiles of 64 x 64 (T <= 64: 64 x 128), a CTA's tiles through one carried pipeline;
-//          T <= 16: the weight-streaming GEMM.
+//          T <= 64: the weight-streaming GEMM (above 32 tokens in two passes of 32).
 // --- barrier 2 (all KV / c128 writes and all q are visible: A6)
 // HCA: kv_score_ring row kv_gate_ring_row[t] = g[t] (of two tokens on one row, the later
 //          position wins), after every compressor has read the ring.
@@ -188,10 +188,17 @@ constexpr bool kWideQ = true;                   // false: 64 x 64 tiles at every
 // T <= kQStreamTokens: phase 3 on the weight-streaming GEMM (q_projection_stream), 128-row tiles
 // (the tiles of prefetch_q_weights), 4 consumer warps + 1 producer warp, one ring over the CTA's
 // tiles; 8 tokens: 4 stages, 16 tokens: 3.
-constexpr int kQStreamTokens = 16;
+// 16 < T <= 32: 32 tokens a stage on 64-row tiles (4 row groups of 16: the kernel's registers,
+// 255, do not fit larger warp tiles without spills); 32 < T <= 64: two passes of 32 tokens over
+// the CTA's tiles (the second one's W mostly from L2).
+constexpr int kQStreamTokens = 64;              // DSV4_Q_STREAM_TOKENS (16, 32 or 64)
+static_assert(kQStreamTokens == 16 || kQStreamTokens == 32 || kQStreamTokens == 64,
+              "1, 2 or 4 token tiles of 8, twice above 32");
 using CfgQbStream1 = sgemm::Config<128, 1, 256, 4, 2, kQL / 32, 4, true>;
 using CfgQbStream2 = sgemm::Config<128, 2, 256, 3, 2, kQL / 32, 4, true>;
-static_assert(CfgQbStream1::kThreads <= kThreads && CfgQbStream2::kThreads <= kThreads,
+using CfgQbStream4 = sgemm::Config<64, 4, 256, 4, 4, kQL / 32, 4, true>;  // 64-row tiles: registers
+static_assert(CfgQbStream1::kThreads <= kThreads && CfgQbStream2::kThreads <= kThreads &&
+                  CfgQbStream4::kThreads <= kThreads,
               "the stream GEMM's warps fit the block");
 constexpr int kBM = CfgQkv::kBM, kBN = CfgQkv::kBN;
 
@@ -359,10 +366,12 @@ static_assert(CfgP1<128, 2>::kThreads <= kThreads && CfgP1Gate<2>::kThreads <= k
 // T > 32: [wq_a; wkv] runs in two token halves of 32 (kNT 4: the kNT 8 consumer does not fit
 // the kernel's registers), qa / kv for tokens 0..31 and qa2 / kv2 (A from x code row 32 on) for
 // the rest.
+// q2: phase 3's second pass at T > 32 (W = wq_b, A = the qr codes from row 32 on, sf = wq_b_sf).
 struct alignas(64) P1Maps {
     sgemm::Maps qa, kv;
     sgemm::TmaMap gate_w, gate_x;
     sgemm::Maps qa2, kv2;
+    sgemm::Maps q2;
 };
 
 template <int kH>
@@ -787,15 +796,16 @@ __device__ void q_projection_tiles(const Params &p, unsigned char *smem) {
 // descriptors: W = wq_b [32768, 1024], A = the qr region's codes (T rows of 1024 bytes, row
 // stride 2048), sf = wq_b_sf (runtime/dsv4_attention.c; zeroed and unused when T > 16).
 template <class Cfg>
-__device__ void q_projection_stream(const Params &p, const sgemm::Maps &maps, unsigned char *smem) {
+__device__ void q_projection_stream(const Params &p, const sgemm::Maps &maps, int t0,
+                                    unsigned char *smem) {
     constexpr int kTiles = kQCols / Cfg::kBN;
     const int count = (int)blockIdx.x < kTiles ? (kTiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1
                                                : 0;
-    const unsigned char *qr = reinterpret_cast<const unsigned char *>(p.qr);
+    const unsigned char *qr = reinterpret_cast<const unsigned char *>(p.qr) + (long long)t0 * 2 * kQL;
     sgemm::Operands op;
     op.a = qr, op.a_sf = qr + kQL, op.lda = 2 * kQL, op.lda_sf = 2 * kQL;
     op.w = p.wq_b, op.w_sf = p.wq_b_sf, op.ldw = kQL, op.w_kb = kQL / 32;
-    op.w_k0 = 0, op.k_len = kQL, op.T = p.T;
+    op.w_k0 = 0, op.k_len = kQL, op.T = min(p.T - t0, Cfg::kTP);
     op.a_col0 = 0, op.maps = &maps;
     sgemm::run_tiles<Cfg>(
         op, count, [](int i) { return ((int)blockIdx.x + i * (int)gridDim.x) * Cfg::kBN; }, smem,
@@ -805,22 +815,32 @@ __device__ void q_projection_stream(const Params &p, const sgemm::Maps &maps, un
         [&](int, int n0, const float *D, int T) {
             for (int x = (int)threadIdx.x; x < T * Cfg::kBN / 2; x += Cfg::kConsumers) {
                 const int t = x / (Cfg::kBN / 2), r = 2 * (x % (Cfg::kBN / 2));
-                *reinterpret_cast<unsigned *>(p.q_or_x + (long long)t * kQCols + n0 + r) =
+                *reinterpret_cast<unsigned *>(p.q_or_x + (long long)(t0 + t) * kQCols + n0 + r) =
                     pack_bf16x2(D[r * Cfg::kDPitch + t], D[(r + 1) * Cfg::kDPitch + t]);
             }
         });
 }
 
 template <int kDraft, bool kHca>
-__device__ void phase_q_projection(const Params &p, const sgemm::Maps &maps, unsigned char *smem) {
-    if (p.T <= 8)
-        q_projection_stream<CfgQbStream1>(p, maps, smem);
-    else if (p.T <= kQStreamTokens)
-        q_projection_stream<CfgQbStream2>(p, maps, smem);
-    else if (kWideQ && p.T <= CfgQbWide::kBM)
+__device__ void phase_q_projection(const Params &p, const sgemm::Maps &maps,
+                                   const sgemm::Maps &maps2, unsigned char *smem) {
+    if (p.T <= 8) {
+        q_projection_stream<CfgQbStream1>(p, maps, 0, smem);
+    } else if (p.T <= 16) {
+        q_projection_stream<CfgQbStream2>(p, maps, 0, smem);
+    } else if (kQStreamTokens > 16 && p.T <= kQStreamTokens) {
+        if constexpr (kQStreamTokens > 16) {
+            q_projection_stream<CfgQbStream4>(p, maps, 0, smem);
+            if (p.T > 32) {                 // tokens 32..: the same tiles again (W from L2)
+                __syncthreads();
+                q_projection_stream<CfgQbStream4>(p, maps2, 32, smem);
+            }
+        }
+    } else if (kWideQ && p.T <= CfgQbWide::kBM) {
         q_projection_tiles<CfgQbWide>(p, smem);
-    else
+    } else {
         q_projection_tiles<CfgQb>(p, smem);
+    }
 }
 
 // ---- phase 4: sparse attention --------------------------------------------------------------
@@ -1179,7 +1199,8 @@ __host__ __device__ constexpr int cmax(int a, int b) { return a > b ? a : b; }
 constexpr int kGemmSmemBytes =
     cmax(cmax(cmax(CfgQkv::kSmemBytes, CfgGate::kSmemBytes),
               cmax(CfgQb::kSmemBytes, CfgQbWide::kSmemBytes)),
-         cmax(cmax(CfgQbStream1::kSmemBytes, CfgQbStream2::kSmemBytes),
+         cmax(cmax(cmax(CfgQbStream1::kSmemBytes, CfgQbStream2::kSmemBytes),
+                   CfgQbStream4::kSmemBytes),
               cmax(CfgP1<kP1MaxH, 4>::kSmemBytes, CfgP1Gate<8>::kSmemBytes)));
 constexpr int kSmemBytes =
     cmax(cmax(kGemmSmemBytes, attn::kSmemBytes), 128 * 4 + kKVL * 4 /* compressor */);
@@ -1205,7 +1226,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(
     phase_token_rows<kPage, kDraft, kHca != 0>(p, smem);
     // T <= kQStreamTokens: phase 3 waits for the qr rows alone (kQrReadyWord), no barrier 1.
     if (p.T > kQStreamTokens) grid_barrier(p.bank + 1);
-    phase_q_projection<kDraft, kHca != 0>(p, qmaps, smem);
+    phase_q_projection<kDraft, kHca != 0>(p, qmaps, p1maps.q2, smem);
     grid_barrier(p.bank + 2);
     if (blockIdx.x == 0 && threadIdx.x == 0) p.bank[kQrReadyWord] = 0u;  // read before barrier 2 only
     // HCA: the ring rows of this launch's tokens, after every compressor of phase 2 has read the
