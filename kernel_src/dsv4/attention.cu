@@ -70,6 +70,7 @@
 #include "common/gemm.cuh"
 #include "common/stream_gemm.cuh"
 #include "common/grid_barrier.cuh"
+#include "common/pdl.cuh"
 #include "dsv4/stream_bf16.cuh"
 #include "common/ptx_mma.cuh"
 #include "common/rope.cuh"
@@ -1219,6 +1220,9 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(
     extern __shared__ __align__(128) unsigned char smem[];
     if (p.params_bytes != (int)sizeof(Params) || gemm::dynamic_smem_bytes() < (unsigned)kSmemBytes)
         __trap();  // the host's argument struct or smem size drifted from this file
+    // mla_output_proj's kernel A is launched as a programmatic dependent: its CTAs may take the
+    // SMs this grid's CTAs leave (they wait for this grid's completion before reading anything).
+    pdl::launch_dependents();
     phase_projections<kH, kHca != 0>(p, p1maps, smem);
     prefetch_q_weights(p);
     grid_barrier(p.bank + 0);

@@ -33,8 +33,11 @@
 //   kslices slices of slice_steps K-steps: item = (tile, slice), slices of a tile adjacent; each
 //   writes its fp32 partial to part, and the tile's last slice to finish (a counter at bank word
 //   128 + tile, reset by that CTA) sums the partials in slice order, then runs the epilogue.
-//   The ticket counter and the ready counters live in the layer kind's barrier bank, which the
-//   runtime zeroes (cuMemsetD8Async) before kernel A. Each CTA calls launch_dependents at once.
+//   The ticket counter and the ready counters live in the layer kind's barrier bank (zero on
+//   entry: kernel B of the previous call leaves words 0..127 zeroed). Kernel A is launched as a
+//   programmatic dependent of the previous kernel (mla_attention): each CTA claims its ticket
+//   (a word the attention never touches), calls launch_dependents, then griddepcontrol.wait
+//   before anything else.
 // Kernel B, grid (kH / 32, m-tiles, K slices), launched with programmatic stream serialization:
 //   griddepcontrol.wait (kernel A complete and visible); block (0, 0, 0) zeroes bank words
 //   0..127 (the attention's barriers and kernel A's counters: it is left zeroed for the next
@@ -52,7 +55,7 @@
 //   o_lora     bf16 [T, 2 kH]; o_lora_q e4m3 [T, 2 kH]; o_lora_sf ue8m0 [T, 2 kH / 32]
 //   wo_b       e4m3 [kH, 2 kH]; wo_b_sf SfAtom over [kH, 2 kH / 32]
 //   out        bf16 [T, kH]
-//   bank       uint32 words: [0] ticket counter, [32 + m] ready[m] (units done of m-tile m),
+//   bank       uint32 words: [16] ticket counter, [32 + m] ready[m] (units done of m-tile m),
 //              [128 + tile] split-K counters (kernel A's tiles, then kernel B's n-tiles; each
 //              back to 0 after its tile's last slice)
 //   part       fp32 split-K partials [kslices][T][2 kH] (kernel A), [slices][T][kH] (kernel B)
@@ -74,7 +77,10 @@ constexpr int kHeads = 64, kHeadDim = 512, kOCols = kHeads * kHeadDim, kRope0 = 
 constexpr int kSplits = 4;
 constexpr int kBM = 64;                                  // tokens per m-tile, both kernels
 constexpr int kUnitsPerMTile = kBM * kHeads;
-constexpr int kTicketWord = 0, kReadyWord0 = 32;
+// The ticket word is one mla_attention never touches (its words: 0..5, 64..127), so kernel A may
+// claim it while the attention (its PDL primary) still runs; the runtime no longer zeroes the bank
+// before kernel A: kernel B leaves words [0, 128) zeroed, mla_workspace_init zeroes them first.
+constexpr int kTicketWord = 16, kReadyWord0 = 32;
 constexpr int kSplitWord0 = 128;   // split-K tile counters: words [128, 128 + n-tiles), one m-tile
 
 // wo_a: 64 x 64 tiles, 2 x 2 warps of 32 x 32 (a warp's 32 columns are one o_lora scale group).
@@ -446,6 +452,7 @@ __global__ void __launch_bounds__(oproj::kThreads) output_proj_a_kernel(const op
     require_smem<CfgA::kSmemBytes>();
     const long long item = pdl::claim_ticket(a.bank + kTicketWord);
     pdl::launch_dependents();          // kernel B may take free SMs; it waits for our completion
+    pdl::wait();                       // the previous kernel (mla_attention) complete and visible
     if (item < a.n_qtiles)
         quantize_item(a, item);
     else
@@ -490,6 +497,7 @@ __global__ void __launch_bounds__(oproj::StreamCfgA<kH, kG, kNT>::kThreads)
     require_smem<Cfg::kSmemBytes>();
     const long long item = pdl::claim_ticket(a.bank + kTicketWord);
     pdl::launch_dependents();
+    pdl::wait();                       // the previous kernel (mla_attention) complete and visible
     if (item < a.n_qtiles) {
         quantize_item<Cfg::kThreads / 32>(a, item);
         return;
