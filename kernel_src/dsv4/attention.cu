@@ -447,19 +447,6 @@ __device__ void p1_store(const Params &p, const float *D, int T, int t0, int n0,
     }
 }
 
-// [wq_a; wkv] slices: only the fp32 partial part_k[slice][t0 + t][col + r]; phase 2 sums a row's
-// partials in slice order as it reads it (qkv_row_sum: the bits the last-slice sum would store),
-// so no slice waits for another here.
-template <class Cfg>
-__device__ void p1_store_partial(const Params &p, const float *D, int T, int t0, const Slice &sl) {
-    float *part = p.part_k + sl.index * (long long)p.T * kPartCols + sl.col +
-                  (long long)t0 * kPartCols;
-    for (int x = (int)threadIdx.x; x < T * Cfg::kBN; x += Cfg::kConsumers) {
-        const int t = x / Cfg::kBN, r = x % Cfg::kBN;
-        part[(long long)t * kPartCols + r] = D[r * Cfg::kDPitch + t];
-    }
-}
-
 // Slice sl of the 64-row block `block` of [wq_a; wkv] on the x codes of tokens 32 half ..
 // (half 1 only with kNT 4 at T > 32).
 template <int kH, int kNT>
@@ -487,9 +474,7 @@ __device__ void qkv_stream(const Params &p, const P1Maps &maps, int block, int h
             while (ld_acquire_gpu(ready) < gridDim.x) __nanosleep(32);
         },
         [&](const float *D, int T) {
-            if (sl.count > 1)
-                p1_store_partial<Cfg>(p, D, T, t0, sl);
-            else if (is_q)
+            if (is_q)
                 p1_store<Cfg>(p, D, T, t0, n0, sl, StoreBf16{p.qa, kQL});
             else
                 p1_store<Cfg>(p, D, T, t0, n0, sl, StoreBf16{p.kv, kKVL});
@@ -614,42 +599,6 @@ __device__ void phase_projections(const Params &p, const P1Maps &maps, unsigned 
     phase_projections_tiled<kH, kHca>(p, smem);
 }
 
-// The K slices of phase 1's [wq_a; wkv] blocks: > 1 when phase 1 left fp32 partials in part_k
-// for phase 2 to sum (the stream path), else 1 (qa, kv hold the rows). The same split as
-// phase_projections_stream computes.
-template <int kH, bool kHca>
-__device__ __forceinline__ int qkv_slices(const Params &p) {
-    if (kH > kP1MaxH || p.T > kP1StreamTokens) return 1;
-    const int grid = (int)gridDim.x, halves = p.T > 32 ? 2 : 1;
-    return p1_split(kHca ? grid * 3 / 7 : grid, (kQL + kKVL) / kP1BN * halves, kH / 128).count;
-}
-
-// kN values of row t of [qa | kv] from column col: with slices > 1 the sum of its fp32 partials
-// in slice order, rounded to bf16 (what the last-slice sum stores), else the stored bf16 row.
-template <int kN>
-__device__ __forceinline__ void qkv_row_sum(const Params &p, int t, int col, int slices,
-                                            float (&v)[kN]) {
-    if (slices <= 1) {
-        if (col < kQL)
-            load_bf16<kN>(p.qa + (long long)t * kQL + col, v);
-        else
-            load_bf16<kN>(p.kv + (long long)t * kKVL + (col - kQL), v);
-        return;
-    }
-    const float *src = p.part_k + (long long)t * kPartCols + col;
-    const long long slice_stride = (long long)p.T * kPartCols;
-#pragma unroll
-    for (int i = 0; i < kN / 4; ++i) {
-        float4 a = __ldcg(reinterpret_cast<const float4 *>(src) + i);
-        for (int j = 1; j < slices; ++j) {
-            const float4 b = __ldcg(reinterpret_cast<const float4 *>(src + j * slice_stride) + i);
-            a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
-        }
-        v[4 * i] = round_bf16(a.x), v[4 * i + 1] = round_bf16(a.y);
-        v[4 * i + 2] = round_bf16(a.z), v[4 * i + 3] = round_bf16(a.w);
-    }
-}
-
 // With one m-tile (T <= 64), after its phase-1 items: asks L2 for the wq_b rows and SfAtom scale
 // block of every phase-3 tile this CTA will compute (the tiles of q_projection_tiles at T <= 64),
 // so that the 32 MB weight stream overlaps barrier 0, phase 2 and barrier 1, during which DRAM
@@ -668,9 +617,9 @@ __device__ void prefetch_q_weights(const Params &p) {
 // ---- phase 2: token rows and the compressor ------------------------------------------------
 
 // qr[t] = mxq(bf16(rmsnorm(qa[t], q_norm_weight))): one warp, 32 values (one group) per lane.
-__device__ void qr_row(const Params &p, int t, int lane, int slices) {
+__device__ void qr_row(const Params &p, int t, int lane) {
     float v[32], w[32];
-    qkv_row_sum<32>(p, t, lane * 32, slices, v);
+    load_bf16<32>(p.qa + (long long)t * kQL + lane * 32, v);
     float ss = 0.0f;
 #pragma unroll
     for (int i = 0; i < 32; ++i) ss += v[i] * v[i];
@@ -702,11 +651,11 @@ __device__ void qr_row(const Params &p, int t, int lane, int slices) {
 
 // The new SWA row of token t into kv_cache (skipped if swa_loc[t] < 0: A15).
 template <int kPage>
-__device__ void kv_row(const Params &p, int t, int lane, int slices) {
+__device__ void kv_row(const Params &p, int t, int lane) {
     const int loc = p.swa_loc[t];
     if (loc < 0) return;
     float v[16];
-    qkv_row_sum<16>(p, t, kQL + lane * 16, slices, v);
+    load_bf16<16>(p.kv + (long long)t * kKVL + lane * 16, v);
     norm_gain_rope_row(v, p.kv_norm_w, p.kv_eps, p.freqs + (long long)p.positions[t] * 64, lane);
     write_kv_row(p.kv_cache, p.kv_page_bytes, ilog2(kPage), loc, v, lane);
 }
@@ -780,18 +729,17 @@ __device__ void compress_token(const Params &p, int t, unsigned char *smem) {
     __syncthreads();
 }
 
-template <int kH, int kPage, int kDraft, bool kHca>
+template <int kPage, int kDraft, bool kHca>
 __device__ void phase_token_rows(const Params &p, unsigned char *smem) {
     if (kHca)  // CTAs from the last one down, so the warp items below start elsewhere
         for (int t = gridDim.x - 1 - blockIdx.x; t < p.T; t += gridDim.x)
             compress_token<kDraft>(p, t, smem);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int slices = qkv_slices<kH, kHca>(p);
     for (int item = blockIdx.x * kWarps + warp; item < 2 * p.T; item += gridDim.x * kWarps) {
         if (item < p.T)
-            qr_row(p, item, lane, slices);
+            qr_row(p, item, lane);
         else
-            kv_row<kPage>(p, item - p.T, lane, slices);
+            kv_row<kPage>(p, item - p.T, lane);
     }
 }
 
@@ -1279,7 +1227,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(
     prefetch_q_weights(p);
     grid_barrier(p.bank + 0);
     if (blockIdx.x == 0 && threadIdx.x == 0) p.bank[kXReadyWord] = 0u;  // read before barrier 0 only
-    phase_token_rows<kH, kPage, kDraft, kHca != 0>(p, smem);
+    phase_token_rows<kPage, kDraft, kHca != 0>(p, smem);
     // T <= kQStreamTokens: phase 3 waits for the qr rows alone (kQrReadyWord), no barrier 1.
     if (p.T > kQStreamTokens) grid_barrier(p.bank + 1);
     phase_q_projection<kDraft, kHca != 0>(p, qmaps, p1maps.q2, smem);
