@@ -85,7 +85,7 @@ constexpr int kQCols = kHeads * kHeadDim;
 constexpr int kRowBytes = 576, kSlotBytes = 8;  // one KV row, one scale slot
 constexpr int kSplits = 4;                      // MLA__DSV4_SPLITS
 constexpr int kBarriers = 3, kExitWord = kBarriers;  // bank words: barriers, exit count
-constexpr int kSmemBudget = 206848;             // DSV4_ATTN_SMEM of runtime/dsv4_attention.c
+constexpr int kSmemBudget = 172032;             // DSV4_ATTN_SMEM of runtime/dsv4_attention.c
 
 __host__ __device__ constexpr int ilog2(int v) { return v <= 1 ? 0 : 1 + ilog2(v / 2); }
 
@@ -856,10 +856,9 @@ constexpr int kPLd = kRows + 8;             // bf16 per row of sP (144 B)
 constexpr int kRawBytes = kRows * (kRowBytes + kSlotBytes);
 constexpr int kOffQ = 0;
 constexpr int kOffKV = kOffQ + kHG * kLd * 2;
-constexpr int kStages = 3;                  // raw tiles in the ring: 2 in flight while one is used
-constexpr int kOffRaw = kOffKV + kRows * kLd * 2;           // kStages raw tiles
-constexpr int kOffTbl = kOffRaw + kStages * kRawBytes;      // [kStages][2][kRows] row, slot pointers
-constexpr int kOffS = kOffTbl + kStages * 2 * kRows * 8;
+constexpr int kOffRaw = kOffKV + kRows * kLd * 2;           // 2 raw tiles (double buffer)
+constexpr int kOffTbl = kOffRaw + 2 * kRawBytes;            // [2][2][kRows] row, slot pointers
+constexpr int kOffS = kOffTbl + 2 * 2 * kRows * 8;
 constexpr int kOffP = kOffS + kHG * kSLd * 4;
 constexpr int kOffStat = kOffP + kHG * kPLd * 2;            // corr, m, l [kHG] each
 constexpr int kSmemBytes = kOffStat + 3 * kHG * 4;
@@ -1072,126 +1071,53 @@ __device__ void store_output(const Params &p, const Item &it, const float *sm, c
     }
 }
 
-// Phase 4 as one pipeline over the CTA's work items (i = blockIdx.x, + gridDim.x, ...): their
-// non-empty 64-row tiles form one flat sequence, and a ring of attn::kStages raw tiles keeps the
-// next kStages - 1 tiles in flight (they may belong to the next items) while one is dequantized
-// and used, so neither an item's first tile nor its Q load waits behind the previous item. Items
-// with no rows still store their (empty) result. The math per item is unchanged (same tiles,
-// same order): the result bits are those of one item at a time.
-struct TileCursor {
-    int n;        // the item's index among this CTA's items (item blockIdx.x + n gridDim.x)
-    int k;        // the tile within the item
-    int ntiles;   // the item's tiles
-    Item it;
-};
-
-__device__ __forceinline__ int item_tiles(const Item &it) {
-    return (it.end - it.begin + attn::kRows - 1) / attn::kRows;
-}
-
-// The first non-empty item at or after n (c->n = count when none is left).
-__device__ __forceinline__ void cursor_seek(const Params &p, int count, bool has_c128, int n,
-                                            TileCursor *c) {
-    c->k = 0;
-    for (; n < count; ++n) {
-        c->it = item_of(p, (int)blockIdx.x + n * (int)gridDim.x, has_c128);
-        c->ntiles = item_tiles(c->it);
-        if (c->ntiles > 0) break;
+template <int kPage, bool kHca>
+__device__ void attention_item(const Params &p, const Item &it, unsigned char *smem) {
+    using namespace attn;
+    unsigned char *sq = smem + kOffQ, *skv = smem + kOffKV, *sp = smem + kOffP;
+    float *ss = reinterpret_cast<float *>(smem + kOffS);
+    float *corr = reinterpret_cast<float *>(smem + kOffStat), *sm = corr + kHG, *sl = sm + kHG;
+    const unsigned char **tbl = reinterpret_cast<const unsigned char **>(smem + kOffTbl);
+    const float scale2 = p.sm_scale * kLog2e;
+    const int ntiles = (it.end - it.begin + kRows - 1) / kRows;
+    float m = neg_inf(), l = 0.0f, o[8][4] = {};
+    load_q(p, it, sq);
+    if (ntiles > 0) {
+        fill_row_table<kPage, kHca>(p, it, it.begin, tbl);
+        __syncthreads();
+        load_kv_tile(tbl, smem + kOffRaw, p.kv_cache);
     }
-    c->n = n;
-}
-
-__device__ __forceinline__ void cursor_next(const Params &p, int count, bool has_c128,
-                                            TileCursor *c) {
-    if (c->k + 1 < c->ntiles)
-        ++c->k;
-    else
-        cursor_seek(p, count, has_c128, c->n + 1, c);
-}
-
-// The stored result of an item with no rows (m = -inf, l = 0, O = 0), as the loop would leave it.
-__device__ void store_empty(const Params &p, const Item &it, unsigned char *smem) {
-    float *sm = reinterpret_cast<float *>(smem + attn::kOffStat) + attn::kHG, *sl = sm + attn::kHG;
-    if (threadIdx.x < attn::kHG) sm[threadIdx.x] = neg_inf(), sl[threadIdx.x] = 0.0f;
+    cp_async_commit();
+    for (int k = 0; k < ntiles; ++k) {
+        const bool more = k + 1 < ntiles;
+        const unsigned char **next_tbl = tbl + ((k + 1) & 1) * 2 * kRows;
+        if (more) fill_row_table<kPage, kHca>(p, it, it.begin + (k + 1) * kRows, next_tbl);
+        __syncthreads();  // the table is ready; the previous tile's sKV, sP are free
+        if (more) load_kv_tile(next_tbl, smem + kOffRaw + ((k + 1) & 1) * kRawBytes, p.kv_cache);
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+        dequant_kv_tile(smem + kOffRaw + (k & 1) * kRawBytes, skv);
+        __syncthreads();
+        qk_scores(sq, skv, ss, min(kRows, it.end - it.begin - k * kRows), scale2);
+        __syncthreads();
+        softmax_tile(ss, sp, corr, m, l);
+        __syncthreads();
+        pv_accumulate(sp, skv, corr, o);
+    }
+    cp_async_wait<0>();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane % 16 == 0) sm[2 * warp + lane / 16] = m, sl[2 * warp + lane / 16] = l;
     __syncthreads();
-    const float o[8][4] = {};
     store_output(p, it, sm, sl, o);
     __syncthreads();
 }
 
 template <int kPage, bool kHca>
 __device__ void phase_attention(const Params &p, unsigned char *smem) {
-    using namespace attn;
-    const int items = p.T * kGroups * (p.split ? kSplits : 1);
-    const int count = (int)blockIdx.x < items ? (items - 1 - (int)blockIdx.x) / (int)gridDim.x + 1
-                                              : 0;
-    unsigned char *sq = smem + kOffQ, *skv = smem + kOffKV, *sp = smem + kOffP;
-    float *ss = reinterpret_cast<float *>(smem + kOffS);
-    float *corr = reinterpret_cast<float *>(smem + kOffStat), *sm = corr + kHG, *sl = sm + kHG;
-    const unsigned char **tbl = reinterpret_cast<const unsigned char **>(smem + kOffTbl);
-    const float scale2 = p.sm_scale * kLog2e;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    // The consumer (tile f) and the producer (tile f + kStages - 1) cursors.
-    TileCursor use, load;
-    cursor_seek(p, count, kHca, 0, &use);
-    load = use;
-    // Items before the first non-empty one.
-    for (int n = 0; n < use.n; ++n)
-        store_empty(p, item_of(p, (int)blockIdx.x + n * (int)gridDim.x, kHca), smem);
-    // Prologue: tables and copies of the first kStages - 1 tiles.
-    int issued = 0;
-    for (int j = 0; j < kStages - 1 && load.n < count; ++j, ++issued) {
-        fill_row_table<kPage, kHca>(p, load.it, load.it.begin + load.k * kRows,
-                                    tbl + j * 2 * kRows);
-        cursor_next(p, count, kHca, &load);
-    }
-    __syncthreads();
-    for (int j = 0; j < kStages - 1; ++j) {
-        if (j < issued) load_kv_tile(tbl + j * 2 * kRows, smem + kOffRaw + j * kRawBytes, p.kv_cache);
-        cp_async_commit();
-    }
-    float m = neg_inf(), l = 0.0f, o[8][4] = {};
-    for (int f = 0; use.n < count; ++f) {
-        const int fs = (f + kStages - 1) % kStages;
-        const bool more = load.n < count;
-        if (more) fill_row_table<kPage, kHca>(p, load.it, load.it.begin + load.k * kRows,
-                                              tbl + fs * 2 * kRows);
-        __syncthreads();  // the table is ready; the previous tile's raw slot, sKV, sP are free
-        if (more) {
-            load_kv_tile(tbl + fs * 2 * kRows, smem + kOffRaw + fs * kRawBytes, p.kv_cache);
-            cursor_next(p, count, kHca, &load);
-        }
-        cp_async_commit();
-        if (use.k == 0) load_q(p, use.it, sq);   // sQ: the previous item's last QK is done
-        cp_async_wait<kStages - 1>();            // tile f has landed
-        __syncthreads();
-        dequant_kv_tile(smem + kOffRaw + (f % kStages) * kRawBytes, skv);
-        __syncthreads();
-        qk_scores(sq, skv, ss, min(kRows, use.it.end - use.it.begin - use.k * kRows), scale2);
-        __syncthreads();
-        softmax_tile(ss, sp, corr, m, l);
-        __syncthreads();
-        pv_accumulate(sp, skv, corr, o);
-        if (use.k + 1 == use.ntiles) {           // the item's last tile: its result
-            if (lane % 16 == 0) sm[2 * warp + lane / 16] = m, sl[2 * warp + lane / 16] = l;
-            __syncthreads();
-            store_output(p, use.it, sm, sl, o);
-            m = neg_inf(), l = 0.0f;
-#pragma unroll
-            for (int n = 0; n < 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-            const int done = use.n;
-            cursor_next(p, count, kHca, &use);
-            // Empty items between this one and the next non-empty one (or the end).
-            for (int n = done + 1; n < use.n; ++n) {
-                __syncthreads();
-                store_empty(p, item_of(p, (int)blockIdx.x + n * (int)gridDim.x, kHca), smem);
-            }
-        } else {
-            cursor_next(p, count, kHca, &use);
-        }
-    }
-    cp_async_wait<0>();
-    __syncthreads();
+    const int items = p.T * attn::kGroups * (p.split ? kSplits : 1);
+    for (int i = blockIdx.x; i < items; i += gridDim.x)
+        attention_item<kPage, kHca>(p, item_of(p, i, kHca), smem);
 }
 
 // ---- the kernel -----------------------------------------------------------------------------
