@@ -401,7 +401,7 @@ static mla_status launch_cooperative(mla_runtime *rt, const mla__kernel *k, CUst
 }
 
 /* T <= this: phase 3 runs the stream GEMM (kQStreamTokens of attention.cu). */
-#define DSV4_Q_STREAM_TOKENS 64
+#define DSV4_Q_STREAM_TOKENS 16
 /* T <= this: phase 1 runs the stream GEMMs (kP1StreamTokens of attention.cu; the kernel may
  * take a lower threshold and ignore the descriptors above it). */
 #define DSV4_P1_STREAM_TOKENS 64

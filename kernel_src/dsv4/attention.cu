@@ -31,10 +31,10 @@
 //                pooled = bf16(sum_j softmax_j(score + c128_ape[j]) * kv) per channel, then
 //                RMSNorm (c128_norm_weight, kv_eps), RoPE at c128_freqs_real[p - 127], fp8 row
 //                into c128_pool at c128_out_loc[t].
-// --- barrier 1 (T > 64; at T <= 64 phase 3 waits on a count of the qr rows instead)
+// --- barrier 1 (T > 16; at T <= 16 phase 3 waits on a count of the qr rows instead)
 // Phase 3: q[t] = bf16(qr[t] @ Wd_qb^T) into q_or_x [T, 32768].
 //          Tiles of 64 x 64 (T <= 64: 64 x 128), a CTA's tiles through one carried pipeline;
-//          T <= 64: the weight-streaming GEMM (above 32 tokens in two passes of 32).
+//          T <= 16: the weight-streaming GEMM (kQStreamTokens; 32 / 64 compiled out).
 // --- barrier 2 (all KV / c128 writes and all q are visible: A6)
 // HCA: kv_score_ring row kv_gate_ring_row[t] = g[t] (of two tokens on one row, the later
 //          position wins), after every compressor has read the ring.
@@ -192,7 +192,9 @@ constexpr bool kWideQ = true;                   // false: 64 x 64 tiles at every
 // 16 < T <= 32: 32 tokens a stage on 64-row tiles (4 row groups of 16: the kernel's registers,
 // 255, do not fit larger warp tiles without spills); 32 < T <= 64: two passes of 32 tokens over
 // the CTA's tiles (the second one's W mostly from L2).
-constexpr int kQStreamTokens = 64;              // DSV4_Q_STREAM_TOKENS (16, 32 or 64)
+// 16: measured (request dsv4p/3) the 32-token path at T 64 (two passes) at 47 µs against the
+// tiled path's 45.5; T 17..32 unmeasured. Kept compiled out, one constant away.
+constexpr int kQStreamTokens = 16;              // DSV4_Q_STREAM_TOKENS (16, 32 or 64)
 static_assert(kQStreamTokens == 16 || kQStreamTokens == 32 || kQStreamTokens == 64,
               "1, 2 or 4 token tiles of 8, twice above 32");
 using CfgQbStream1 = sgemm::Config<128, 1, 256, 4, 2, kQL / 32, 4, true>;
@@ -355,7 +357,7 @@ constexpr int kQrReadyWord = 5;
 template <int kH, int kNT>
 using CfgP1 = sgemm::Config<kP1BN, kNT, 128, 8, kNT >= 4 ? 4 : 2, kH / 32, 4, false>;  // codes
 template <int kNT>
-using CfgP1Gate = bstream::Config<kP1BN, kNT, 256, 6, kNT >= 4 ? 4 : 2, 4>;  // wkv_gate bf16
+using CfgP1Gate = bstream::Config<kP1BN, kNT, 256, kNT == 8 ? 5 : 6, kNT >= 4 ? 4 : 2, 4>;  // wkv_gate bf16 (64 tokens: 5 stages fit 172,032 B)
 static_assert(CfgP1<128, 2>::kThreads <= kThreads && CfgP1Gate<2>::kThreads <= kThreads,
               "the stream GEMMs' warps fit the block");
 

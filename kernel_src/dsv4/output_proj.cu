@@ -34,10 +34,11 @@
 //   writes its fp32 partial to part, and the tile's last slice to finish (a counter at bank word
 //   128 + tile, reset by that CTA) sums the partials in slice order, then runs the epilogue.
 //   The ticket counter and the ready counters live in the layer kind's barrier bank (zero on
-//   entry: kernel B of the previous call leaves words 0..127 zeroed). Kernel A is launched as a
-//   programmatic dependent of the previous kernel (mla_attention): each CTA claims its ticket
-//   (a word the attention never touches), calls launch_dependents, then griddepcontrol.wait
-//   before anything else.
+//   entry: kernel B of the previous call leaves words 0..127 zeroed; at T > 16 the runtime also
+//   zeroes the bank first). At T <= 16 kernel A is launched as a programmatic dependent of the
+//   previous kernel (mla_attention): each CTA claims its ticket (a word the attention never
+//   touches), calls launch_dependents, then griddepcontrol.wait before anything else (a no-op
+//   when launched plainly, at T > 16).
 // Kernel B, grid (kH / 32, m-tiles, K slices), launched with programmatic stream serialization:
 //   griddepcontrol.wait (kernel A complete and visible); block (0, 0, 0) zeroes bank words
 //   0..127 (the attention's barriers and kernel A's counters: it is left zeroed for the next
