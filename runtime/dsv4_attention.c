@@ -402,6 +402,46 @@ static mla_status launch_cooperative(mla_runtime *rt, const mla__kernel *k, CUst
 
 /* T <= this: phase 3 runs the stream GEMM (kQStreamTokens of attention.cu). */
 #define DSV4_Q_STREAM_TOKENS 16
+/* T <= this: phase 1 runs the stream GEMMs (kP1StreamTokens of attention.cu; the kernel may
+ * take a lower threshold and ignore the descriptors above it). */
+#define DSV4_P1_STREAM_TOKENS 64
+
+/* The kernel's third parameter, mla::dsv4::P1Maps (64-byte aligned CUtensorMaps). */
+typedef struct p1_maps {
+    mla__dsv4_maps qa, kv;
+    CUtensorMap gate_w, gate_x;
+    mla__dsv4_maps qa2, kv2;  /* T > 32: tokens 32.. of the x codes (the kernel's second half) */
+    mla__dsv4_maps q2;        /* T > 32: phase 3's second pass, tokens 32.. of the qr codes */
+} p1_maps;
+
+/* T <= DSV4_P1_STREAM_TOKENS: phase 1's descriptors (attention.cu, P1Maps). The x codes are in
+ * the part_o region, row t at t * (H + H / 32): H code bytes, then the scales; the workspace
+ * check guarantees part_o's min(T, 16) * 512 KiB >= T * (H + H / 32) for T <= 64, H <= 65536. */
+static mla_status fill_p1_maps(mla_runtime *rt, const mla_attention_args *a,
+                               const attention_params *p, int T, long long H, int hca,
+                               p1_maps *m) {
+    /* tp: the token rows of a stage (kTP); [wq_a; wkv] at most 32 (two halves above 32). */
+    const int tp = T <= 8 ? 8 : T <= 16 ? 16 : T <= 32 ? 32 : 64, tq = tp < 32 ? tp : 32;
+    const long long ldx = H + H / 32;
+    MLA_FORWARD_IF_ERROR(mla__dsv4_stream_maps(rt, &m->qa, p->wq_a, H, DSV4_QL, H, 64, p->part_o,
+                                               H, T, ldx, tq, p->wq_a_sf, 1));
+    MLA_FORWARD_IF_ERROR(mla__dsv4_stream_maps(rt, &m->kv, p->wkv, H, DSV4_KVL, H, 64, p->part_o,
+                                               H, T, ldx, tq, p->wkv_sf, 1));
+    if (T > 32) {
+        const CUdeviceptr x2 = p->part_o + (CUdeviceptr)(32 * ldx);
+        MLA_FORWARD_IF_ERROR(mla__dsv4_stream_maps(rt, &m->qa2, p->wq_a, H, DSV4_QL, H, 64, x2, H,
+                                                   T - 32, ldx, 32, p->wq_a_sf, 1));
+        MLA_FORWARD_IF_ERROR(mla__dsv4_stream_maps(rt, &m->kv2, p->wkv, H, DSV4_KVL, H, 64, x2, H,
+                                                   T - 32, ldx, 32, p->wkv_sf, 1));
+    }
+    if (!hca) return MLA_OK;
+    /* T == 1 may have any row stride: one row is read, so the descriptor takes 2 H. */
+    const long long xs = T == 1 ? 2 * H : 2 * (long long)mla__stride(a->hidden_states, 0);
+    MLA_FORWARD_IF_ERROR(mla__dsv4_byte_map(rt, &m->gate_w, p->wkv_gate, 2 * H, 2 * DSV4_KVL,
+                                            2 * H, 64, "kv_gate stream GEMM W descriptor"));
+    return mla__dsv4_byte_map(rt, &m->gate_x, p->x, 2 * H, T, xs, tp,
+                              "kv_gate stream GEMM x descriptor");
+}
 
 /* ---- mla_attention -------------------------------------------------------------------------- */
 
@@ -434,14 +474,25 @@ mla_status mla_attention(mla_runtime *runtime, const mla_attention_args *args, C
     MLA_FORWARD_IF_ERROR(mla__runtime_enter(runtime));
     const mla__kernel *k = NULL;
     MLA_FORWARD_IF_ERROR(mla__get_kernel(runtime, &spec, &k));
-    /* T <= 16: the TMA descriptors of phase 3's stream GEMM (attention.cu, q_projection_stream:
-     * 128-row wq_b boxes, 8 or 16 token rows of qr codes, 2 K-atoms per stage). */
+    /* T <= 64: the TMA descriptors of phase 3's stream GEMM (attention.cu, q_projection_stream:
+     * 128-row wq_b boxes, 8, 16 or 32 token rows of qr codes, 2 K-atoms per stage). */
     mla__dsv4_maps maps;
     memset(&maps, 0, sizeof maps);
+    /* token rows and W rows of a stage: T <= 16 128-row tiles, above 64-row tiles (CfgQbStream*) */
+    const int tq = T <= 8 ? 8 : T <= 16 ? 16 : 32, bq = T <= 16 ? 128 : 64;
     if (T <= DSV4_Q_STREAM_TOKENS)
         MLA_FORWARD_IF_ERROR(mla__dsv4_stream_maps(
-            runtime, &maps, p.wq_b, DSV4_QL, DSV4_Q_COLS, DSV4_QL, 128, p.qr, DSV4_QL, T,
-            2 * DSV4_QL, T <= 8 ? 8 : 16, p.wq_b_sf, 2));
-    void *kargs[] = {&p, &maps};
+            runtime, &maps, p.wq_b, DSV4_QL, DSV4_Q_COLS, DSV4_QL, bq, p.qr, DSV4_QL, T,
+            2 * DSV4_QL, tq, p.wq_b_sf, 2));
+    p1_maps p1;
+    memset(&p1, 0, sizeof p1);
+    if (T > 32 && T <= DSV4_Q_STREAM_TOKENS)
+        MLA_FORWARD_IF_ERROR(mla__dsv4_stream_maps(
+            runtime, &p1.q2, p.wq_b, DSV4_QL, DSV4_Q_COLS, DSV4_QL, 64,
+            p.qr + (CUdeviceptr)(32 * 2 * DSV4_QL), DSV4_QL, T - 32, 2 * DSV4_QL, 32, p.wq_b_sf,
+            2));
+    if (T <= DSV4_P1_STREAM_TOKENS)
+        MLA_FORWARD_IF_ERROR(fill_p1_maps(runtime, args, &p, T, H, hca, &p1));
+    void *kargs[] = {&p, &maps, &p1};
     return launch_cooperative(runtime, k, stream, kargs);
 }

@@ -38,5 +38,10 @@ mla_status mla__dsv4_stream_maps(struct mla_runtime *rt, mla__dsv4_maps *m, CUde
                                  long long w_cols, long long w_rows, long long ldw, int bn,
                                  CUdeviceptr a, long long a_cols, long long a_rows, long long lda,
                                  int tp, CUdeviceptr w_sf, int atoms_per_stage);
+/* One uint8 2-D descriptor of such a map alone ([rows, cols] with row stride ld, boxes of 128
+ * columns x box_rows, 128-byte swizzle): the bf16 stream GEMM's operands, as bytes. */
+mla_status mla__dsv4_byte_map(struct mla_runtime *rt, CUtensorMap *map, CUdeviceptr p,
+                              long long cols, long long rows, long long ld, int box_rows,
+                              const char *what);
 
 #endif

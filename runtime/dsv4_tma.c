@@ -38,3 +38,10 @@ mla_status mla__dsv4_stream_maps(mla_runtime *rt, mla__dsv4_maps *m, CUdeviceptr
                   128, (cuuint32_t)atoms_per_stage, CU_TENSOR_MAP_SWIZZLE_NONE,
                   "stream GEMM scale descriptor");
 }
+
+mla_status mla__dsv4_byte_map(mla_runtime *rt, CUtensorMap *map, CUdeviceptr p, long long cols,
+                              long long rows, long long ld, int box_rows, const char *what) {
+    memset(map, 0, sizeof *map);
+    return encode(rt, map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p, (cuuint64_t)cols, (cuuint64_t)rows,
+                  (cuuint64_t)ld, 128, (cuuint32_t)box_rows, CU_TENSOR_MAP_SWIZZLE_128B, what);
+}

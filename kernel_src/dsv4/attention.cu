@@ -18,6 +18,7 @@
 //   With one m-tile (T <= 64) the 24 (HCA 40) tiles are fewer than the CTAs: split-K, each tile's
 //   K cut into up to 8 slices so that tiles * slices <= gridDim.x; a slice writes its fp32
 //   partial to part_k, the tile's last slice (bank counter) sums them in slice order and stores.
+//   T <= 64 (H <= 8192): the weight-streaming GEMMs instead (phase_projections_stream below).
 // --- barrier 0
 // Phase 2 (a warp per token row; a CTA per firing token):
 //   qr[t]      = mxq(bf16(rmsnorm(qa[t], q_norm_weight, q_eps)))      [T, 1024] bf16 (workspace qr)
@@ -30,11 +31,13 @@
 //                pooled = bf16(sum_j softmax_j(score + c128_ape[j]) * kv) per channel, then
 //                RMSNorm (c128_norm_weight, kv_eps), RoPE at c128_freqs_real[p - 127], fp8 row
 //                into c128_pool at c128_out_loc[t].
-// --- barrier 1
-// Phase 3: q[t] = bf16(qr[t] @ Wd_qb^T) into q_or_x [T, 32768]; HCA: kv_score_ring row
-//          kv_gate_ring_row[t] = g[t] (of two tokens on one row, the later position wins).
-//          Tiles of 64 x 64 (T <= 64: 64 x 128), a CTA's tiles through one carried pipeline.
+// --- barrier 1 (T > 16; at T <= 16 phase 3 waits on a count of the qr rows instead)
+// Phase 3: q[t] = bf16(qr[t] @ Wd_qb^T) into q_or_x [T, 32768].
+//          Tiles of 64 x 64 (T <= 64: 64 x 128), a CTA's tiles through one carried pipeline;
+//          T <= 16: the weight-streaming GEMM (kQStreamTokens; 32 / 64 compiled out).
 // --- barrier 2 (all KV / c128 writes and all q are visible: A6)
+// HCA: kv_score_ring row kv_gate_ring_row[t] = g[t] (of two tokens on one row, the later
+//          position wins), after every compressor has read the ring.
 // Phase 4: work items (token t, head group of 16, split s) per the split-KV contract of
 //          runtime/internal.h: Q = bf16(rope(rmsnorm(q_h, eps q_eps)[448:], freqs_real[p]));
 //          rows g < rows: SWA slots of the plan (slot0 + g if g < len0, else slot1 + g - len0),
@@ -55,7 +58,9 @@
 //   freqs_real / c128_freqs_real fp32 [max_pos, 64] interleaved (cos, sin).
 //   plan       int4 [T] (slot0, len0, slot1, rows) of this kind (mla_attention_plan).
 //   bank       the kind's barrier bank: words 0..2 the phase barriers, word 3 the exit count,
-//              words 64..103 the phase-1 split-K tile counters (each back to 0 after its tile).
+//              word 4 the x-quantized count, word 5 the qr-row count (T <= 16; each zeroed by
+//              block 0 after the last barrier before which it is read), words 64..127 the
+//              phase-1 split-K tile / block counters (each back to 0 after its tile).
 //   part_o     fp32 [T, 4, 64, 512], part_lse fp32 [T, 4, 64] (split launches: T <= 16).
 //   part_k     fp32 [slices, T, 2560] phase-1 split-K partials ([qa | kv | kv_gate] columns).
 #include <cuda_bf16.h>
@@ -65,6 +70,8 @@
 #include "common/gemm.cuh"
 #include "common/stream_gemm.cuh"
 #include "common/grid_barrier.cuh"
+#include "common/pdl.cuh"
+#include "dsv4/stream_bf16.cuh"
 #include "common/ptx_mma.cuh"
 #include "common/rope.cuh"
 #include "common/softmax.cuh"
@@ -182,10 +189,19 @@ constexpr bool kWideQ = true;                   // false: 64 x 64 tiles at every
 // T <= kQStreamTokens: phase 3 on the weight-streaming GEMM (q_projection_stream), 128-row tiles
 // (the tiles of prefetch_q_weights), 4 consumer warps + 1 producer warp, one ring over the CTA's
 // tiles; 8 tokens: 4 stages, 16 tokens: 3.
-constexpr int kQStreamTokens = 16;
+// 16 < T <= 32: 32 tokens a stage on 64-row tiles (4 row groups of 16: the kernel's registers,
+// 255, do not fit larger warp tiles without spills); 32 < T <= 64: two passes of 32 tokens over
+// the CTA's tiles (the second one's W mostly from L2).
+// 16: measured (request dsv4p/3) the 32-token path at T 64 (two passes) at 47 µs against the
+// tiled path's 45.5; T 17..32 unmeasured. Kept compiled out, one constant away.
+constexpr int kQStreamTokens = 16;              // DSV4_Q_STREAM_TOKENS (16, 32 or 64)
+static_assert(kQStreamTokens == 16 || kQStreamTokens == 32 || kQStreamTokens == 64,
+              "1, 2 or 4 token tiles of 8, twice above 32");
 using CfgQbStream1 = sgemm::Config<128, 1, 256, 4, 2, kQL / 32, 4, true>;
 using CfgQbStream2 = sgemm::Config<128, 2, 256, 3, 2, kQL / 32, 4, true>;
-static_assert(CfgQbStream1::kThreads <= kThreads && CfgQbStream2::kThreads <= kThreads,
+using CfgQbStream4 = sgemm::Config<64, 4, 256, 4, 4, kQL / 32, 4, true>;  // 64-row tiles: registers
+static_assert(CfgQbStream1::kThreads <= kThreads && CfgQbStream2::kThreads <= kThreads &&
+                  CfgQbStream4::kThreads <= kThreads,
               "the stream GEMM's warps fit the block");
 constexpr int kBM = CfgQkv::kBM, kBN = CfgQkv::kBN;
 
@@ -315,8 +331,242 @@ __device__ __forceinline__ KSplit projection_split(int m_tiles, int tiles, int k
     return {(ksteps + steps - 1) / steps, steps};
 }
 
+// ---- phase 1 for T <= kP1StreamTokens (64): the weight-streaming GEMMs ----------------------------
+//
+// x is quantized once (mxq: e4m3 codes + ue8m0 scales, the bits the tiled path's mxq(x) rounds
+// to) by all CTAs, a thread per 32-wide group, into the part_o region (free until phase 4: row t
+// at part_o + t * (H + H / 32), H code bytes then H / 32 scale bytes); each CTA then counts itself
+// on bank word kXReadyWord. The GEMM items are blocks of 64 rows of [wq_a; wkv] (24 blocks,
+// common/stream_gemm.cuh on the codes) and, on HCA layers, of wkv_gate (16 blocks of bf16 rows,
+// dsv4/stream_bf16.cuh on x itself), each block's K cut into slices (fp32 partials in part_k,
+// the last slice sums them in slice order: the tiled path's split-K contract, counters at bank
+// words kSplitWord0 + block). A slice streams its W rows once; its producer starts the W copies
+// at once and the x-code copies once every CTA has counted (ready), so the wait overlaps the
+// W stream. Block 0 zeroes kXReadyWord after barrier 0 (nobody reads it after that).
+constexpr int kP1StreamTokens = 64;             // DSV4_P1_STREAM_TOKENS (16, 32 or 64)
+static_assert(kP1StreamTokens == 16 || kP1StreamTokens == 32 || kP1StreamTokens == 64,
+              "8 kNT token rows, kNT in {2, 4, 8}");
+constexpr int kP1BN = 64;
+constexpr int kP1MaxH = 8192;                   // larger H: the tiled path at every T
+constexpr int kXReadyWord = 4;                  // bank word: CTAs done quantizing x
+// T <= kQStreamTokens: bank word counting the qr rows phase 2 has written; phase 3's stream GEMM
+// waits on it (its W copies start at once) instead of a grid barrier 1. Zeroed by block 0 after
+// barrier 2.
+constexpr int kQrReadyWord = 5;
+// 4 consumer warps: 2 row groups x 2 K parts, from 32 tokens 4 row groups (registers).
+template <int kH, int kNT>
+using CfgP1 = sgemm::Config<kP1BN, kNT, 128, 8, kNT >= 4 ? 4 : 2, kH / 32, 4, false>;  // codes
+template <int kNT>
+using CfgP1Gate = bstream::Config<kP1BN, kNT, 256, kNT == 8 ? 5 : 6, kNT >= 4 ? 4 : 2, 4>;  // wkv_gate bf16 (64 tokens: 5 stages fit 172,032 B)
+static_assert(CfgP1<128, 2>::kThreads <= kThreads && CfgP1Gate<2>::kThreads <= kThreads,
+              "the stream GEMMs' warps fit the block");
+
+// The TMA descriptors of phase 1 (runtime/dsv4_attention.c, p1_maps): qa / kv: W = wq_a / wkv,
+// A = the x codes (T rows of H bytes, row stride H + H / 32), sf = wq_a_sf / wkv_sf (1 K-atom per
+// stage); gate_w = wkv_gate bytes {2 H, 1024} box {128, 64}, gate_x = x bytes {2 H, T} box
+// {128, 8 kNT}, kNT = 1, 2, 4, 8 for T <= 8, 16, 32, 64. Zeroed and unused when
+// T > kP1StreamTokens.
+// T > 32: [wq_a; wkv] runs in two token halves of 32 (kNT 4: the kNT 8 consumer does not fit
+// the kernel's registers), qa / kv for tokens 0..31 and qa2 / kv2 (A from x code row 32 on) for
+// the rest.
+// q2: phase 3's second pass at T > 32 (W = wq_b, A = the qr codes from row 32 on, sf = wq_b_sf).
+struct alignas(64) P1Maps {
+    sgemm::Maps qa, kv;
+    sgemm::TmaMap gate_w, gate_x;
+    sgemm::Maps qa2, kv2;
+    sgemm::Maps q2;
+};
+
+template <int kH>
+__host__ __device__ constexpr int xq_ld() { return kH + kH / 32; }
+
+// mxq(x) codes and scales into the part_o region, then this CTA counts itself on kXReadyWord.
+template <int kH>
+__device__ void quantize_x(const Params &p) {
+    constexpr int kG = kH / 32;
+    unsigned char *xq = reinterpret_cast<unsigned char *>(p.part_o);
+    for (int g = (int)(blockIdx.x * kThreads + threadIdx.x); g < p.T * kG;
+         g += (int)(gridDim.x * kThreads)) {
+        const int t = g / kG, j = g % kG;
+        float v[32];
+        load_bf16<32>(p.x + t * p.x_stride + j * 32, v);
+        unsigned q[8];
+        const unsigned sf = fp8::quantize_group<32, 32>(v, q);
+        unsigned char *row = xq + (long long)t * xq_ld<kH>();
+        uint4 *dst = reinterpret_cast<uint4 *>(row + j * 32);
+        dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
+        dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
+        row[kH + j] = (unsigned char)sf;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        red_add_release_gpu(p.bank + kXReadyWord, 1u);
+    }
+}
+
+// The epilogue of a streamed phase-1 slice (the consumer threads of Cfg, D[r * kDPitch + t], the
+// tile's tokens t0 + t): with one slice store(t0 + t, n0 + r, v0, v1) for row pairs (r, r + 1)
+// straight from D; with several the slice's fp32 partial goes to part_k[slice][t0 + t][col + r],
+// and the last slice to arrive on counter sums the partials in slice order and stores.
+template <class Cfg, class Store>
+__device__ void p1_store(const Params &p, const float *D, int T, int t0, int n0, const Slice &sl,
+                         Store store) {
+    constexpr int kP = Cfg::kDPitch, kBN = Cfg::kBN;
+    const int tid = (int)threadIdx.x;
+    if (sl.count == 1) {
+        for (int x = tid; x < T * kBN / 2; x += Cfg::kConsumers) {
+            const int t = x / (kBN / 2), r = 2 * (x % (kBN / 2));
+            store(t0 + t, n0 + r, D[r * kP + t], D[(r + 1) * kP + t]);
+        }
+        return;
+    }
+    __shared__ unsigned s_last;
+    float *part = p.part_k + sl.col + (long long)t0 * kPartCols;
+    const long long slice_stride = (long long)p.T * kPartCols;
+    for (int x = tid; x < T * kBN; x += Cfg::kConsumers) {
+        const int t = x / kBN, r = x % kBN;
+        part[sl.index * slice_stride + (long long)t * kPartCols + r] = D[r * kP + t];
+    }
+    __threadfence();
+    named_barrier_sync(1, Cfg::kConsumers);
+    if (tid == 0) {
+        const bool last = atom_add_acq_rel_gpu(sl.counter, 1u) == (unsigned)sl.count - 1u;
+        if (last) *sl.counter = 0u;          // every slice has arrived; nobody touches it again
+        s_last = last;
+    }
+    named_barrier_sync(1, Cfg::kConsumers);
+    if (!s_last) return;
+    for (int x = tid; x < T * kBN / 2; x += Cfg::kConsumers) {
+        const int t = x / (kBN / 2), r = 2 * (x % (kBN / 2));
+        const float *src = part + (long long)t * kPartCols + r;
+        float2 sum = __ldcg(reinterpret_cast<const float2 *>(src));
+        for (int j = 1; j < sl.count; ++j) {
+            const float2 v = __ldcg(reinterpret_cast<const float2 *>(src + j * slice_stride));
+            sum.x += v.x, sum.y += v.y;
+        }
+        store(t0 + t, n0 + r, sum.x, sum.y);
+    }
+}
+
+// Slice sl of the 64-row block `block` of [wq_a; wkv] on the x codes of tokens 32 half ..
+// (half 1 only with kNT 4 at T > 32).
+template <int kH, int kNT>
+__device__ void qkv_stream(const Params &p, const P1Maps &maps, int block, int half,
+                           const Slice &sl, unsigned char *smem) {
+    using Cfg = CfgP1<kH, kNT>;
+    const int n = block * kP1BN;
+    const bool is_q = n < kQL;
+    const int t0 = 32 * half;
+    const unsigned char *xq =
+        reinterpret_cast<const unsigned char *>(p.part_o) + (long long)t0 * xq_ld<kH>();
+    sgemm::Operands op;
+    op.a = xq + sl.k0, op.a_sf = xq + kH + sl.k0 / 32;
+    op.lda = xq_ld<kH>(), op.lda_sf = xq_ld<kH>();
+    op.w = is_q ? p.wq_a : p.wkv, op.w_sf = is_q ? p.wq_a_sf : p.wkv_sf;
+    op.ldw = kH, op.w_kb = kH / 32;
+    op.w_k0 = sl.k0, op.k_len = sl.len, op.T = min(p.T - t0, Cfg::kTP);
+    op.a_col0 = sl.k0;
+    op.maps = half ? (is_q ? &maps.qa2 : &maps.kv2) : (is_q ? &maps.qa : &maps.kv);
+    const int n0 = is_q ? n : n - kQL;
+    unsigned *ready = p.bank + kXReadyWord;
+    sgemm::run<Cfg>(
+        op, n0, smem,
+        [&] {
+            while (ld_acquire_gpu(ready) < gridDim.x) __nanosleep(32);
+        },
+        [&](const float *D, int T) {
+            if (is_q)
+                p1_store<Cfg>(p, D, T, t0, n0, sl, StoreBf16{p.qa, kQL});
+            else
+                p1_store<Cfg>(p, D, T, t0, n0, sl, StoreBf16{p.kv, kKVL});
+        });
+}
+
+// Slice sl of the 64-row block `block` of wkv_gate (bf16) on x (bf16).
+template <int kH, int kNT>
+__device__ void gate_stream(const Params &p, const P1Maps &maps, int block, const Slice &sl,
+                            unsigned char *smem) {
+    using Cfg = CfgP1Gate<kNT>;
+    bstream::Operands op;
+    op.w = &maps.gate_w, op.x = &maps.gate_x;
+    op.k0_bytes = 2 * sl.k0, op.k_bytes = 2 * sl.len, op.T = p.T;
+    const int n0 = block * kP1BN;
+    bstream::run<Cfg>(op, n0, smem, [&](const float *D, int T) {
+        p1_store<Cfg>(p, D, T, 0, n0, sl, StoreF32{p.kv_gate, 2 * kKVL});
+    });
+}
+
+// K slices of `blocks` row blocks of `ksteps` steps of `step` columns over at most `ctas` CTAs.
+struct P1Split {
+    int count, steps;
+};
+__device__ __forceinline__ P1Split p1_split(int ctas, int blocks, int ksteps) {
+    int s = min(max(ctas / blocks, 1), min(kKSlices, ksteps));
+    const int steps = (ksteps + s - 1) / s;
+    return {(ksteps + steps - 1) / steps, steps};
+}
+
+template <int kH, bool kHca, int kNT>
+__device__ void phase_projections_stream(const Params &p, const P1Maps &maps,
+                                         unsigned char *smem) {
+    constexpr int kQBlocks = (kQL + kKVL) / kP1BN, kGBlocks = kHca ? 2 * kKVL / kP1BN : 0;
+    constexpr int kHalves = kNT == 8 ? 2 : 1, kQNT = kNT == 8 ? 4 : kNT;  // [wq_a; wkv] tokens
+    constexpr int kQSteps = kH / 128;                                // CfgP1: 128 columns a step
+    constexpr int kGSteps = 2 * kH / CfgP1Gate<kNT>::kKS;            // 256 bytes = 128 columns
+    static_assert(CfgP1<kH, kNT>::kSmemBytes <= kSmemBudget &&
+                      CfgP1Gate<kNT>::kSmemBytes <= kSmemBudget,
+                  "phase 1's stream GEMMs fit the launch's shared memory");
+    // Counters below word 128 (output_proj's split counters start there).
+    static_assert(kSplitWord0 + kQBlocks * kHalves + kGBlocks <= 128, "slice counters fit");
+    quantize_x<kH>(p);
+    // HCA: the CTAs shared by bytes (fp8 W 6 MB, bf16 gate 8 MB): 3/7 of them to [wq_a; wkv].
+    const int grid = (int)gridDim.x;
+    const P1Split qs = p1_split(kHca ? grid * 3 / 7 : grid, kQBlocks * kHalves, kQSteps);
+    const P1Split gs = kHca ? p1_split(grid - kQBlocks * qs.count, kGBlocks, kGSteps)
+                            : P1Split{0, 1};
+    const int q_items = kQBlocks * kHalves * qs.count, items = q_items + kGBlocks * gs.count;
+    for (int item = (int)blockIdx.x; item < items; item += grid) {
+        if (item < q_items) {
+            const int block = item % kQBlocks, rest = item / kQBlocks;
+            const int half = rest % kHalves, slice = rest / kHalves;
+            const int k0 = slice * qs.steps * 128;
+            const Slice sl = {k0, min(kH - k0, qs.steps * 128), slice, qs.count, block * kP1BN,
+                              p.bank + kSplitWord0 + block + kQBlocks * half};
+            qkv_stream<kH, kQNT>(p, maps, block, half, sl, smem);
+        } else {
+            const int it = item - q_items, block = it % kGBlocks, slice = it / kGBlocks;
+            const int k0 = slice * gs.steps * 128;
+            const Slice sl = {k0, min(kH - k0, gs.steps * 128), slice, gs.count,
+                              kQL + kKVL + block * kP1BN,
+                              p.bank + kSplitWord0 + kQBlocks * kHalves + block};
+            gate_stream<kH, kNT>(p, maps, block, sl, smem);
+        }
+        __syncthreads();                    // smem free for the next item
+    }
+}
+
+// T <= kP1StreamTokens: the kNT = ceil(T / 8) rounded up to a power of two instantiation.
 template <int kH, bool kHca>
-__device__ void phase_projections(const Params &p, unsigned char *smem) {
+__device__ void phase_projections_stream_t(const Params &p, const P1Maps &maps,
+                                           unsigned char *smem) {
+    if (p.T <= 8) {
+        phase_projections_stream<kH, kHca, 1>(p, maps, smem);
+        return;
+    }
+    if (p.T <= 16) {
+        phase_projections_stream<kH, kHca, 2>(p, maps, smem);
+        return;
+    }
+    if (p.T <= 32 && kP1StreamTokens >= 32) {
+        phase_projections_stream<kH, kHca, 4>(p, maps, smem);
+        return;
+    }
+    phase_projections_stream<kH, kHca, 8>(p, maps, smem);
+}
+
+template <int kH, bool kHca>
+__device__ void phase_projections_tiled(const Params &p, unsigned char *smem) {
     const int mt = (p.T + kBM - 1) / kBM;
     constexpr int n_qkv = (kQL + kKVL) / kBN;
     constexpr int n_gate = kHca ? 2 * kKVL / kBN : 0;
@@ -336,6 +586,19 @@ __device__ void phase_projections(const Params &p, unsigned char *smem) {
         else
             gate_tile<kH>(p, m0, (nt - n_qkv) * kBN, sl, smem);
     }
+}
+
+// Phase 1: the stream GEMMs up to kP1StreamTokens tokens (H <= kP1MaxH: the A scale table of a
+// 64-token stage holds a whole slice's groups, at most H / 32 bytes a row), else the tiles.
+template <int kH, bool kHca>
+__device__ void phase_projections(const Params &p, const P1Maps &maps, unsigned char *smem) {
+    if constexpr (kH <= kP1MaxH) {
+        if (p.T <= kP1StreamTokens) {
+            phase_projections_stream_t<kH, kHca>(p, maps, smem);
+            return;
+        }
+    }
+    phase_projections_tiled<kH, kHca>(p, smem);
 }
 
 // With one m-tile (T <= 64), after its phase-1 items: asks L2 for the wq_b rows and SfAtom scale
@@ -377,6 +640,11 @@ __device__ void qr_row(const Params &p, int t, int lane) {
         dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
         dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
         row[kQL + lane] = (unsigned char)sf;
+        __syncwarp();                       // the warp's stores, then one release count
+        if (lane == 0) {
+            __threadfence();
+            red_add_release_gpu(p.bank + kQrReadyWord, 1u);
+        }
         return;
     }
     fp8::mxq<32, 32>(v);
@@ -531,40 +799,51 @@ __device__ void q_projection_tiles(const Params &p, unsigned char *smem) {
 // descriptors: W = wq_b [32768, 1024], A = the qr region's codes (T rows of 1024 bytes, row
 // stride 2048), sf = wq_b_sf (runtime/dsv4_attention.c; zeroed and unused when T > 16).
 template <class Cfg>
-__device__ void q_projection_stream(const Params &p, const sgemm::Maps &maps, unsigned char *smem) {
+__device__ void q_projection_stream(const Params &p, const sgemm::Maps &maps, int t0,
+                                    unsigned char *smem) {
     constexpr int kTiles = kQCols / Cfg::kBN;
     const int count = (int)blockIdx.x < kTiles ? (kTiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1
                                                : 0;
-    const unsigned char *qr = reinterpret_cast<const unsigned char *>(p.qr);
+    const unsigned char *qr = reinterpret_cast<const unsigned char *>(p.qr) + (long long)t0 * 2 * kQL;
     sgemm::Operands op;
     op.a = qr, op.a_sf = qr + kQL, op.lda = 2 * kQL, op.lda_sf = 2 * kQL;
     op.w = p.wq_b, op.w_sf = p.wq_b_sf, op.ldw = kQL, op.w_kb = kQL / 32;
-    op.w_k0 = 0, op.k_len = kQL, op.T = p.T;
+    op.w_k0 = 0, op.k_len = kQL, op.T = min(p.T - t0, Cfg::kTP);
     op.a_col0 = 0, op.maps = &maps;
     sgemm::run_tiles<Cfg>(
         op, count, [](int i) { return ((int)blockIdx.x + i * (int)gridDim.x) * Cfg::kBN; }, smem,
-        [] {},
+        [&] {
+            while (ld_acquire_gpu(p.bank + kQrReadyWord) < (unsigned)p.T) __nanosleep(32);
+        },
         [&](int, int n0, const float *D, int T) {
             for (int x = (int)threadIdx.x; x < T * Cfg::kBN / 2; x += Cfg::kConsumers) {
                 const int t = x / (Cfg::kBN / 2), r = 2 * (x % (Cfg::kBN / 2));
-                *reinterpret_cast<unsigned *>(p.q_or_x + (long long)t * kQCols + n0 + r) =
+                *reinterpret_cast<unsigned *>(p.q_or_x + (long long)(t0 + t) * kQCols + n0 + r) =
                     pack_bf16x2(D[r * Cfg::kDPitch + t], D[(r + 1) * Cfg::kDPitch + t]);
             }
         });
 }
 
 template <int kDraft, bool kHca>
-__device__ void phase_q_projection(const Params &p, const sgemm::Maps &maps, unsigned char *smem) {
-    if (kHca)
-        for (int u = blockIdx.x; u < p.T; u += gridDim.x) ring_write<kDraft>(p, u);
-    if (p.T <= 8)
-        q_projection_stream<CfgQbStream1>(p, maps, smem);
-    else if (p.T <= kQStreamTokens)
-        q_projection_stream<CfgQbStream2>(p, maps, smem);
-    else if (kWideQ && p.T <= CfgQbWide::kBM)
+__device__ void phase_q_projection(const Params &p, const sgemm::Maps &maps,
+                                   const sgemm::Maps &maps2, unsigned char *smem) {
+    if (p.T <= 8) {
+        q_projection_stream<CfgQbStream1>(p, maps, 0, smem);
+    } else if (p.T <= 16) {
+        q_projection_stream<CfgQbStream2>(p, maps, 0, smem);
+    } else if (kQStreamTokens > 16 && p.T <= kQStreamTokens) {
+        if constexpr (kQStreamTokens > 16) {
+            q_projection_stream<CfgQbStream4>(p, maps, 0, smem);
+            if (p.T > 32) {                 // tokens 32..: the same tiles again (W from L2)
+                __syncthreads();
+                q_projection_stream<CfgQbStream4>(p, maps2, 32, smem);
+            }
+        }
+    } else if (kWideQ && p.T <= CfgQbWide::kBM) {
         q_projection_tiles<CfgQbWide>(p, smem);
-    else
+    } else {
         q_projection_tiles<CfgQb>(p, smem);
+    }
 }
 
 // ---- phase 4: sparse attention --------------------------------------------------------------
@@ -849,7 +1128,9 @@ __host__ __device__ constexpr int cmax(int a, int b) { return a > b ? a : b; }
 constexpr int kGemmSmemBytes =
     cmax(cmax(cmax(CfgQkv::kSmemBytes, CfgGate::kSmemBytes),
               cmax(CfgQb::kSmemBytes, CfgQbWide::kSmemBytes)),
-         cmax(CfgQbStream1::kSmemBytes, CfgQbStream2::kSmemBytes));
+         cmax(cmax(cmax(CfgQbStream1::kSmemBytes, CfgQbStream2::kSmemBytes),
+                   CfgQbStream4::kSmemBytes),
+              cmax(CfgP1<kP1MaxH, 4>::kSmemBytes, CfgP1Gate<8>::kSmemBytes)));
 constexpr int kSmemBytes =
     cmax(cmax(kGemmSmemBytes, attn::kSmemBytes), 128 * 4 + kKVL * 4 /* compressor */);
 static_assert(kSmemBytes <= kSmemBudget, "raise DSV4_ATTN_SMEM in runtime/dsv4_attention.c");
@@ -859,20 +1140,33 @@ static_assert(CfgQkv::kThreads == kThreads && CfgGate::kThreads == kThreads &&
 
 template <int kH, int kPage, int kDraft, int kHca>
 __global__ void __launch_bounds__(kThreads, 1) attention_kernel(
-    const Params p, const __grid_constant__ sgemm::Maps qmaps) {
+    const Params p, const __grid_constant__ sgemm::Maps qmaps,
+    const __grid_constant__ P1Maps p1maps) {
     static_assert(kH % 128 == 0 && kH > 0, "H: a positive multiple of 128");
     static_assert(kPage > 0 && (kPage & (kPage - 1)) == 0, "page_size: a power of two");
     static_assert(kDraft >= 0 && (kHca == 0 || kHca == 1), "draft_tokens >= 0, hca 0 or 1");
     extern __shared__ __align__(128) unsigned char smem[];
     if (p.params_bytes != (int)sizeof(Params) || gemm::dynamic_smem_bytes() < (unsigned)kSmemBytes)
         __trap();  // the host's argument struct or smem size drifted from this file
-    phase_projections<kH, kHca != 0>(p, smem);
+    // mla_output_proj's kernel A is launched as a programmatic dependent: its CTAs may take the
+    // SMs this grid's CTAs leave (they wait for this grid's completion before reading anything).
+    pdl::launch_dependents();
+    phase_projections<kH, kHca != 0>(p, p1maps, smem);
     prefetch_q_weights(p);
     grid_barrier(p.bank + 0);
+    if (blockIdx.x == 0 && threadIdx.x == 0) p.bank[kXReadyWord] = 0u;  // read before barrier 0 only
     phase_token_rows<kPage, kDraft, kHca != 0>(p, smem);
-    grid_barrier(p.bank + 1);
-    phase_q_projection<kDraft, kHca != 0>(p, qmaps, smem);
+    // T <= kQStreamTokens: phase 3 waits for the qr rows alone (kQrReadyWord), no barrier 1.
+    if (p.T > kQStreamTokens) grid_barrier(p.bank + 1);
+    phase_q_projection<kDraft, kHca != 0>(p, qmaps, p1maps.q2, smem);
     grid_barrier(p.bank + 2);
+    if (blockIdx.x == 0 && threadIdx.x == 0) p.bank[kQrReadyWord] = 0u;  // read before barrier 2 only
+    // HCA: the ring rows of this launch's tokens, after every compressor of phase 2 has read the
+    // ring (barrier 2; with T <= kQStreamTokens there is no barrier 1), by the last CTAs (the
+    // ones with the fewest phase-4 items).
+    if (kHca)
+        for (int u = (int)gridDim.x - 1 - (int)blockIdx.x; u < p.T; u += (int)gridDim.x)
+            ring_write<kDraft>(p, u);
     phase_attention<kPage, kHca != 0>(p, smem);
     if (p.reset_barriers) grid_exit_reset(p.bank + kExitWord, p.bank, kExitWord + 1);
 }

@@ -33,8 +33,14 @@
 //   kslices slices of slice_steps K-steps: item = (tile, slice), slices of a tile adjacent; each
 //   writes its fp32 partial to part, and the tile's last slice to finish (a counter at bank word
 //   128 + tile, reset by that CTA) sums the partials in slice order, then runs the epilogue.
-//   The ticket counter and the ready counters live in the layer kind's barrier bank, which the
-//   runtime zeroes (cuMemsetD8Async) before kernel A. Each CTA calls launch_dependents at once.
+//   The ticket counter and the ready counters live in the layer kind's barrier bank (zero on
+//   entry: kernel B of the previous call leaves words 0..127 zeroed; at T > 16 the runtime also
+//   zeroes the bank first). At T <= 16 kernel A is launched as a programmatic dependent of the
+//   previous kernel (mla_attention): its stream CTAs (one per 64-row block of wo_a) call
+//   launch_dependents, start the wo_a stream (weights only), and their consumer warps call
+//   griddepcontrol.wait before claiming and quantizing units (the ticket, a word the attention
+//   never touches); the tiled kernel (T > 16, launched plainly, where the wait is a no-op)
+//   claims its ticket, then waits.
 // Kernel B, grid (kH / 32, m-tiles, K slices), launched with programmatic stream serialization:
 //   griddepcontrol.wait (kernel A complete and visible); block (0, 0, 0) zeroes bank words
 //   0..127 (the attention's barriers and kernel A's counters: it is left zeroed for the next
@@ -52,7 +58,7 @@
 //   o_lora     bf16 [T, 2 kH]; o_lora_q e4m3 [T, 2 kH]; o_lora_sf ue8m0 [T, 2 kH / 32]
 //   wo_b       e4m3 [kH, 2 kH]; wo_b_sf SfAtom over [kH, 2 kH / 32]
 //   out        bf16 [T, kH]
-//   bank       uint32 words: [0] ticket counter, [32 + m] ready[m] (units done of m-tile m),
+//   bank       uint32 words: [16] ticket counter, [32 + m] ready[m] (units done of m-tile m),
 //              [128 + tile] split-K counters (kernel A's tiles, then kernel B's n-tiles; each
 //              back to 0 after its tile's last slice)
 //   part       fp32 split-K partials [kslices][T][2 kH] (kernel A), [slices][T][kH] (kernel B)
@@ -74,7 +80,10 @@ constexpr int kHeads = 64, kHeadDim = 512, kOCols = kHeads * kHeadDim, kRope0 = 
 constexpr int kSplits = 4;
 constexpr int kBM = 64;                                  // tokens per m-tile, both kernels
 constexpr int kUnitsPerMTile = kBM * kHeads;
-constexpr int kTicketWord = 0, kReadyWord0 = 32;
+// The ticket word is one mla_attention never touches (its words: 0..5, 64..127), so kernel A may
+// claim it while the attention (its PDL primary) still runs; the runtime no longer zeroes the bank
+// before kernel A: kernel B leaves words [0, 128) zeroed, mla_workspace_init zeroes them first.
+constexpr int kTicketWord = 16, kReadyWord0 = 32;
 constexpr int kSplitWord0 = 128;   // split-K tile counters: words [128, 128 + n-tiles), one m-tile
 
 // wo_a: 64 x 64 tiles, 2 x 2 warps of 32 x 32 (a warp's 32 columns are one o_lora scale group).
@@ -473,6 +482,7 @@ __global__ void __launch_bounds__(oproj::kThreads) output_proj_a_kernel(const op
     require_smem<CfgA::kSmemBytes>();
     const long long item = pdl::claim_ticket(a.bank + kTicketWord);
     pdl::launch_dependents();          // kernel B may take free SMs; it waits for our completion
+    pdl::wait();                       // the previous kernel (mla_attention) complete and visible
     if (item < a.n_qtiles)
         quantize_item(a, item);
     else
@@ -504,8 +514,9 @@ __global__ void __launch_bounds__(oproj::kThreads) output_proj_b_kernel(const op
 }
 
 // Kernel A for T <= 16 (kNT = ceil(T / 8)): one GEMM CTA per 64-row block of wo_a streaming it
-// once; while its producer warp starts the W stream, its consumer warps quantize a share of the
-// units (quantize_share), then wait for all of them. Grid: 2 kH / 64 CTAs, one per SM (quantize
+// once; while its producer warp starts the W stream (before the attention, its PDL primary, has
+// finished: W is not written by it), its consumer warps wait for the attention
+// (griddepcontrol.wait), quantize a share of the units (quantize_share), then wait for all of them. Grid: 2 kH / 64 CTAs, one per SM (quantize
 // CTAs of their own made 16..128 more, so that some SMs held two GEMM CTAs). maps: W = wo_a,
 // A = act_q (all 32768 columns; the CTA's group starts at column g K), sf = wo_a_sf.
 template <int kH, int kG, int kNT>
@@ -528,7 +539,10 @@ __global__ void __launch_bounds__(oproj::StreamCfgA<kH, kG, kNT>::kThreads)
     sgemm::run<Cfg>(
         op, n0, smem, [&] { wait_units(a); },
         [&](const float *D, int) { store_o_lora_stream<Cfg>(a, D, n0, S::kN); },
-        [&] { quantize_share<Cfg>(a); });
+        [&] {
+            pdl::wait();   // the previous kernel (mla_attention) complete and visible
+            quantize_share<Cfg>(a);
+        });
 }
 
 // Kernel B for T <= 16: one CTA per 32 rows of wo_b (grid kH / 32), PDL-chained; its W copies
