@@ -19,7 +19,7 @@ el build ok
 pre=""
 for p in ${PRECOMPILE:-}; do pre="$pre --preset $p"; done
 [ -n "$pre" ] && { build-gpu/mlajit precompile $pre --jobs 4 --quiet > $OUT/precompile.log 2>&1 & }
-timeout 230 ctest --test-dir build-gpu -R '_gpu$|test_jit' -j 8 --output-on-failure --timeout 220 > $OUT/ctest.log 2>&1
+timeout 330 ctest --test-dir build-gpu -R '_gpu$|test_jit' -j 8 --output-on-failure --timeout 320 > $OUT/ctest.log 2>&1
 el "ctest rc $?"; grep -E "tests passed|tests failed|Passed|Failed|Skipped|Timeout" $OUT/ctest.log | tail -12
 wait; [ -n "$pre" ] && el "precompile done: $(tail -1 $OUT/precompile.log)"
 build-gpu/mlajit info > $OUT/bench.txt 2>&1
