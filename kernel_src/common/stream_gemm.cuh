@@ -572,6 +572,39 @@ __device__ __forceinline__ void consume_none(int f0, int steps, const Smem<Cfg> 
     }
 }
 
+// A consumer warp's mma.sync accumulators (kRT row tiles of 16 rows in its row slab wr, kNT
+// groups of 8 tokens, m16n8 fragments) into its slab of the reduction buffer: mine[r kDPitch + t].
+// Shared with the bf16 sibling (dsv4/stream_bf16.cuh), whose Cfg has the same fragment fields.
+template <class Cfg>
+__device__ __forceinline__ void store_acc(float *mine, const float (&acc)[Cfg::kRT][Cfg::kNT][4],
+                                          int wr, int lane) {
+#pragma unroll
+    for (int it = 0; it < Cfg::kRT; ++it)
+#pragma unroll
+        for (int j = 0; j < Cfg::kNT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = wr * Cfg::kWarpRows + 16 * it + lane / 4 + 8 * (e / 2);
+                const int t = 8 * j + 2 * (lane % 4) + e % 2;
+                mine[r * Cfg::kDPitch + t] = acc[it][j][e];
+            }
+}
+
+// With kWK > 1 K-split warps: red[w][r][t] summed over w in order 0, 1, ... into red[0], then a
+// barrier of the consumers (none needed, and none done, with one).
+template <class Cfg>
+__device__ __forceinline__ void sum_k_warps(float *red, int tid) {
+    if (Cfg::kWK > 1) {
+        for (int x = tid; x < Cfg::kBN * Cfg::kDPitch; x += Cfg::kConsumers) {
+            float v = red[x];
+#pragma unroll
+            for (int w = 1; w < Cfg::kWK; ++w) v += red[w * Cfg::kBN * Cfg::kDPitch + x];
+            red[x] = v;
+        }
+        named_barrier_sync(1, Cfg::kConsumers);
+    }
+}
+
 // The tiles tile_n0(0), ..., tile_n0(count - 1) of this CTA (W rows n0 .. n0 + BN - 1 each,
 // the same A and K range) through one ring: the next tile's copies are in flight while the
 // current one is reduced and handed to epilogue(i, n0, D, T). count > 1 needs Cfg::kMulti. All
@@ -647,27 +680,10 @@ __device__ __forceinline__ void run_tiles(const Operands &op, int count, TileN t
             float acc[Cfg::kRT][Cfg::kNT][4];
             consume<Cfg>(op, n0, i * steps, sm, acc);
             named_barrier_sync(1, Cfg::kConsumers);
-#pragma unroll
-            for (int it = 0; it < Cfg::kRT; ++it)
-#pragma unroll
-                for (int j = 0; j < Cfg::kNT; ++j)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int r = wr * Cfg::kWarpRows + 16 * it + lane / 4 + 8 * (e / 2);
-                        const int t = 8 * j + 2 * (lane % 4) + e % 2;
-                        mine[r * Cfg::kDPitch + t] = acc[it][j][e];
-                    }
+            store_acc<Cfg>(mine, acc, wr, lane);
         }
         named_barrier_sync(1, Cfg::kConsumers);
-        if (Cfg::kWK > 1) {
-            for (int x = tid; x < Cfg::kBN * Cfg::kDPitch; x += Cfg::kConsumers) {
-                float v = red[x];
-#pragma unroll
-                for (int w = 1; w < Cfg::kWK; ++w) v += red[w * Cfg::kBN * Cfg::kDPitch + x];
-                red[x] = v;
-            }
-            named_barrier_sync(1, Cfg::kConsumers);
-        }
+        sum_k_warps<Cfg>(red, tid);
         epilogue(i, n0, static_cast<const float *>(red), op.T);
     }
     // Every copy has landed and every wait is done: the barriers' memory may be reused.

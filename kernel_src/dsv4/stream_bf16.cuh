@@ -180,27 +180,9 @@ __device__ __forceinline__ void run(const Operands &op, int n0, unsigned char *s
     // order 0, 1, ... into red[0].
     named_barrier_sync(1, Cfg::kConsumers);
     float *red = reinterpret_cast<float *>(smem);
-    float *mine = red + wk * Cfg::kBN * Cfg::kDPitch;
-#pragma unroll
-    for (int it = 0; it < Cfg::kRT; ++it)
-#pragma unroll
-        for (int j = 0; j < Cfg::kNT; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int r = wr * Cfg::kWarpRows + 16 * it + lane / 4 + 8 * (e / 2);
-                const int t = 8 * j + 2 * (lane % 4) + e % 2;
-                mine[r * Cfg::kDPitch + t] = acc[it][j][e];
-            }
+    sgemm::store_acc<Cfg>(red + wk * Cfg::kBN * Cfg::kDPitch, acc, wr, lane);
     named_barrier_sync(1, Cfg::kConsumers);
-    if (Cfg::kWK > 1) {
-        for (int x = tid; x < Cfg::kBN * Cfg::kDPitch; x += Cfg::kConsumers) {
-            float v = red[x];
-#pragma unroll
-            for (int w = 1; w < Cfg::kWK; ++w) v += red[w * Cfg::kBN * Cfg::kDPitch + x];
-            red[x] = v;
-        }
-        named_barrier_sync(1, Cfg::kConsumers);
-    }
+    sgemm::sum_k_warps<Cfg>(red, tid);
     epilogue(static_cast<const float *>(red), op.T);
     // Every copy has landed and every wait is done: the barriers' memory may be reused.
     named_barrier_sync(1, Cfg::kConsumers);
