@@ -51,7 +51,7 @@ enum { MLA__FLASHMLA_OUT_BF16 = 0, MLA__FLASHMLA_OUT_FP16 = 1 };
 #define MLA__FLASHMLA_DECODE_THREADS 256
 #define MLA__FLASHMLA_DECODE_SMEM 229888    /* decode.cu kSmemBytes */
 #define MLA__FLASHMLA_DECODE_SM90_SMEM 231488 /* decode_sm90.cu kSmemBytes90 */
-#define MLA__FLASHMLA_DECODE_X2_SMEM 231552 /* decode_sm90x2.cu kSmemBytesX2 */
+#define MLA__FLASHMLA_DECODE_X2_SMEM 231560 /* decode_sm90x2.cu kSmemBytesX2 */
 #define MLA__FLASHMLA_COMBINE_THREADS 256
 #define MLA__FLASHMLA_COMBINE_ROWS 32       /* rows per combine CTA (4 per warp) */
 #define MLA__FLASHMLA_WS_ALIGN 256

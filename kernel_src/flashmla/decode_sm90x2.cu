@@ -10,7 +10,7 @@
 //
 // Template parameter (the spec "flashmla_decode_sm90x2" fixes it): kKV 0 bf16, 1 fp16.
 // Grid (2 P, h_kv, ceil(s_q h_q / h_kv / 64) / 2), clusters of 2 along x: CTA rank c = x % 2 of
-// part x / 2 takes head block m = 2 z + c. 256 threads, 231552 bytes of dynamic shared memory.
+// part x / 2 takes head block m = 2 z + c. 256 threads, 231560 bytes of dynamic shared memory.
 //
 // A tile's shares are decode_sm90.cu's: buffer b (K0, K1), share s = lo (K0: pieces 0-3, K1:
 // pieces 0-3 and 8, by warpgroup 0) or hi (K0: pieces 4-8, K1: 4-7, by warpgroup 1). CTA c owns
@@ -21,7 +21,10 @@
 //   peer[b][s]: the peer's half, 1 arrival (this CTA's expect_tx of the share's peer bytes) +
 //     the bytes of the peer's bulk copies;
 //   free[b][s]: the peer is done with the previous fill of the share (4 arrivals, lane 0 of each
-//     warp of the peer's issuing warpgroup, at the release point where decode_sm90.cu refills).
+//     warp of the peer's issuing warpgroup, at the release point where decode_sm90.cu refills);
+//   rope_free: the peer's warpgroup 1 is done with the previous fill of K1 (4 arrivals by the
+//     peer's warpgroup 0 at M1): K1's piece 8 is refilled at M1, before the peer releases the
+//     rest of K1's lo share (after P1 V1_L), so waiting on free there would deadlock the pair.
 // Issue of fill k of a share (the warpgroup that releases it, at decode_sm90.cu's refill point):
 // arrive on the peer's free (this CTA has released fill k - 1, made only when fill k - 1 was
 // consumed here), wait own free for phase k - 1 (the peer released fill k - 1: its buffer may be
@@ -35,7 +38,7 @@
 // Cluster barriers after the mbarrier init and before exit.
 //
 // Shared memory: decode_sm90.cu's layout (230464 bytes), then peer[4] 230464 and free[4] 230496
-// (index 2 b + s): 230528 bytes + 1024 for alignment.
+// (index 2 b + s), rope_free 230528: 230536 bytes + 1024 for alignment.
 
 #include "flashmla/decode_sm90.cu"
 
@@ -49,8 +52,9 @@ constexpr int kHalfRows = kBlockN / 2;                    // 32 rows a CTA
 constexpr int kHalfPieceBytes = kHalfRows * 128;          // 4096
 constexpr int kSmemPeer = kSmemUsed;                      // peer[4]
 constexpr int kSmemFree = kSmemPeer + 4 * 8;              // free[4]
-constexpr int kSmemUsedX2 = kSmemFree + 4 * 8;            // 230528
-constexpr int kSmemBytesX2 = kSmemUsedX2 + 1024;          // 231552
+constexpr int kSmemRopeFree = kSmemFree + 4 * 8;         // rope_free (K1's piece 8)
+constexpr int kSmemUsedX2 = kSmemRopeFree + 8;            // 230536
+constexpr int kSmemBytesX2 = kSmemUsedX2 + 1024;          // 231560
 static_assert(kSmemBytesX2 <= 232448, "fits the sm_90 shared memory of one CTA");
 static_assert(kSmemPeer % 8 == 0, "mbarriers 8-aligned");
 
@@ -117,11 +121,17 @@ __device__ __forceinline__ void release_share(const PairBars &pb, int lane) {
 // Issues this CTA's half of pieces [kLo, kHi) of a share's next fill (issue parity ip: the
 // parity of the fills of this buffer issued so far), after the peer released the previous one;
 // kArrive: then arrives on landed (else a later issue of the same fill arrives for these copies).
+// K1's piece 8 alone (kLo 8, no arrival: warpgroup 0 at M1) waits on rope_free instead (the
+// peer's warpgroup 1 done with the previous fill's Q K^T, which waited for this CTA's outgoing
+// copy of it), since the peer releases the rest of that share only after its P1 V1_L.
 template <int kLo, int kHi, bool kArrive>
 __device__ __forceinline__ void issue_share(const DecodeParams &p, unsigned buf,
                                             const PairBars &pb, RowRef r, int g, int c, int wt,
                                             unsigned ip) {
-    mbarrier_wait_parity(pb.free_, ip ^ 1u);  // fill 0: parity 1 of a fresh barrier, no wait
+    constexpr bool kRopeAlone = kLo == kPieces - 1 && !kArrive;
+    // (K1's lo share: pb.landed = base + kSmemBar + 16)
+    const unsigned wait_bar = kRopeAlone ? pb.landed - (kSmemBar + 16) + kSmemRopeFree : pb.free_;
+    mbarrier_wait_parity(wait_bar, ip ^ 1u);  // fill 0: parity 1 of a fresh barrier, no wait
     copy_half<kLo, kHi>(p, buf, row_src(p, g, r), c, wt);
     if constexpr (kArrive) cp_async_mbarrier_arrive_noinc(pb.landed);
 }
@@ -258,6 +268,10 @@ __device__ bool attend_chunk_x2(const DecodeParams &p, unsigned char *smem, unsi
             float m_a[2], f[2];
             pair_wg0_pv<kF16>(s, st, o, pa, m_a, f, sm0, smem, k0, r0, wm, lane, it > 0);
             named_barrier_sync(kBarM1, 2 * kWgThreads);
+            if (has_b) {  // warpgroup 1's Q K^T on K1 done (M1): the peer may refill its piece 8
+                __syncwarp();
+                if (lane == 0) mbarrier_arrive_cluster(peer_base + kSmemRopeFree);
+            }
             if (pre_q) {
                 load_q_pieces<0, kVPieces, kWgThreads>(p, q, nx->req, g, m, rows, wt);
                 cp_async_commit();
@@ -335,9 +349,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90x2_kernel(
     const int *rec = p.sched + (long long)part * kRecordInts;
     const int rows = p.s_q * p.heads_per_kv;
     const unsigned base = smem_addr(smem);
-    if (threadIdx.x < 12) {  // landed[4] (128 cp.async), peer[4] (1 + bytes), free[4] (4 warps)
+    if (threadIdx.x < 13) {  // landed[4] (128 cp.async), peer[4] (1 + bytes), free[4] and
+                             // rope_free (4 warps)
         const unsigned i = threadIdx.x & 3, kind = threadIdx.x >> 2;
-        const unsigned at = kind == 0 ? kSmemBar : kind == 1 ? sm90x2::kSmemPeer : sm90x2::kSmemFree;
+        const unsigned at = kind == 0   ? kSmemBar
+                            : kind == 1 ? sm90x2::kSmemPeer
+                            : kind == 2 ? sm90x2::kSmemFree
+                                        : sm90x2::kSmemRopeFree;
         mbarrier_init(base + at + i * 8, kind == 0 ? kWgThreads : kind == 1 ? 1 : 4);
         fence_mbarrier_init_release_cluster();
     }
