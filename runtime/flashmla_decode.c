@@ -411,9 +411,10 @@ static mla_status launch_decode(mla_runtime *rt, const mla__flashmla_decode_para
     long long q_rows = (long long)d->s_q * (d->h_q / d->h_kv);
     unsigned m_blocks = (unsigned)((q_rows + MLA__FLASHMLA_BLOCK_M - 1) / MLA__FLASHMLA_BLOCK_M);
     void *args[] = {(void *)p, (void *)&map};
-    /* cp.async path without a causal mask, head blocks in pairs: the CTA pair (each CTA copies
-     * half of every tile and sends it to the other), its parts' two CTAs neighbours along x. */
-    if (sm90 && page_class == 0 && !d->causal && m_blocks % 2 == 0 && !rt->flashmla_decode_single) {
+    /* On request ($MLAJIT_FLASHMLA_DECODE=pair; measured slower): the cp.async path without a
+     * causal mask, head blocks in pairs, on the CTA pair (each CTA copies half of every tile and
+     * sends it to the other), its parts' two CTAs neighbours along x. */
+    if (sm90 && page_class == 0 && !d->causal && m_blocks % 2 == 0 && rt->flashmla_decode_pair) {
         const long long kv = d->kv;
         MLA_FORWARD_IF_ERROR(get_kernel(rt, "flashmla_decode_sm90x2", names, &kv, 1, &k_x2));
         return mla__launch_pdl(rt, k_x2, 2u * (unsigned)d->parts, (unsigned)d->h_kv, m_blocks / 2,

@@ -28,8 +28,8 @@ mla_status mla__flashmla_decode_sm90_build(const struct mla__spec *spec, char *n
 /* "flashmla_decode_sm90x2" (kv_dtype 0 or 1): the sm_90a decode's cp.async path (page class 0,
  * non-causal) on CTA pairs (kernel_src/flashmla/decode_sm90x2.cu), clusters of 2 along x over
  * grid (2 P, h_kv, head blocks / 2); launch_decode runs it for page class 0 calls of the sm90
- * kind without a causal mask and with an even number of head blocks, unless the runtime was
- * created with $MLAJIT_FLASHMLA_DECODE=single. */
+ * kind without a causal mask and with an even number of head blocks when the runtime was created
+ * with $MLAJIT_FLASHMLA_DECODE=pair (measured slower than the one-CTA kernel; comparisons). */
 mla_status mla__flashmla_decode_sm90x2_build(const struct mla__spec *spec, char *name_expr,
                                              size_t size, struct mla__launch_info *launch);
 /* The decode kind a call on arch with KV kind kv runs: "flashmla_decode_sm90" on sm_90a for

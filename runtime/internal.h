@@ -300,8 +300,8 @@ struct mla_runtime {
     char no_device_reason[512];    /* why has_device is 0 */
     int flashmla_decode_portable;  /* $MLAJIT_FLASHMLA_DECODE was "portable" at create: the dense
                                       FlashMLA decode runs the portable kernel on sm_90a too */
-    int flashmla_decode_single;    /* ... was "single": the sm_90a dense decode's cp.async path on
-                                      one CTA per head block, not the CTA pair */
+    int flashmla_decode_pair;      /* ... was "pair": the sm_90a dense decode's cp.async path on
+                                      the CTA pair (flashmla_decode_sm90x2) where it applies */
     int fakequant_prefill_portable; /* $MLAJIT_FAKEQUANT_PREFILL was "portable" at create: the
                                        fake-quant prefill runs the fp32 kernel everywhere */
     int fakequant_prefill_warps;    /* "mma4", "mma8", "mma32": the mma.sync prefill (not the */

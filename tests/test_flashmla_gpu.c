@@ -255,7 +255,7 @@ static int runtime_with_decode_env(const char *value, mla_runtime **rt) {
 }
 
 /* The dense decode rt ran was of kind want, and never of the other kind (the sm_90a kind counting
- * its CTA pair, flashmla_decode_sm90x2, which it must have run where pair is set). */
+ * its CTA pair, flashmla_decode_sm90x2, which it must have run where pair is set, and only then). */
 static void assert_decode_kind(const mla_runtime *rt, const char *name, const char *want,
                                const char *what, int pair) {
     int sm90 = !!strcmp(want, "flashmla_decode");
@@ -265,13 +265,13 @@ static void assert_decode_kind(const mla_runtime *rt, const char *name, const ch
     cr_assert((sm90 ? n_want + n_x2 : n_want) >= 1 && n_other == 0 && (sm90 || n_x2 == 0),
               "%s%s: expected the decode to run %s only, the runtime loaded %d %s, %d x2 and %d "
               "%s kernels", name, what, want, n_want, want, n_x2, n_other, other);
-    cr_assert(!pair || n_x2 >= 1, "%s%s: expected the CTA pair (flashmla_decode_sm90x2) for page "
-              "class 0 without a causal mask and an even number of head blocks, loaded %d", name,
-              what, n_x2);
+    cr_assert(pair ? n_x2 >= 1 : n_x2 == 0, "%s%s: expected %s CTA pair (flashmla_decode_sm90x2), "
+              "loaded %d", name, what, pair ? "the" : "no", n_x2);
 }
 
-/* Whether the sm_90a decode of case c runs on the CTA pair: cp.async path (a page size not a
- * multiple of 8), no causal mask, an even number of 64-row head blocks (launch_decode). */
+/* Whether the sm_90a decode of case c runs on the CTA pair under MLAJIT_FLASHMLA_DECODE=pair:
+ * cp.async path (a page size not a multiple of 8), no causal mask, an even number of 64-row head
+ * blocks (launch_decode). */
 static int runs_pair(const mlt_fm_case *c) {
     long long blocks = ((long long)c->s_q * (c->h_q / c->h_kv) + 63) / 64;
     return c->page % 8 != 0 && !(c->causal && c->s_q > 1) && blocks % 2 == 0;
@@ -289,7 +289,7 @@ static mlt_fm_case pair[] = {
 };
 
 /* One case on the decode the runtime picks, checked, and on sm_90a again on the portable kernel
- * (and, where the CTA pair ran, on the one-CTA sm_90a kernel). */
+ * (and, where it applies, on the CTA pair). */
 static void sweep_case(const mlt_fm_case *c) {
     mla_runtime *rt, *portable = NULL;
     if (!runtime_with_decode_env(NULL, &rt)) cr_skip_test("no CUDA device");
@@ -304,18 +304,16 @@ static void sweep_case(const mlt_fm_case *c) {
     const char *kind = mla__flashmla_decode_kind(rt->arch, c->kv, NULL);
     if (strcmp(kind, "flashmla_decode")) {
         run_and_check(rt, &d, &v, NULL, " [sm90]");
-        assert_decode_kind(rt, c->name, kind, " [sm90]", runs_pair(c));
-        if (runs_pair(c)) {  /* the one-CTA cp.async path as well */
-            mla_runtime *single = NULL;
-            cr_assert(runtime_with_decode_env("single", &single) && single != rt,
-                      "%s: a second runtime with MLAJIT_FLASHMLA_DECODE=single: %s", c->name,
+        assert_decode_kind(rt, c->name, kind, " [sm90]", 0);
+        if (runs_pair(c)) {  /* the CTA pair as well */
+            mla_runtime *pr = NULL;
+            cr_assert(runtime_with_decode_env("pair", &pr) && pr != rt,
+                      "%s: a second runtime with MLAJIT_FLASHMLA_DECODE=pair: %s", c->name,
                       mla_last_error());
             cr_assert(!mlt_fm_poison_outputs(rt, &d, &v, msg, sizeof msg), "%s", msg);
-            run_and_check(single, &d, &v, NULL, " [sm90 single]");
-            cr_assert(mlt_loaded_of_kind(single, "flashmla_decode_sm90") >= 1 &&
-                          mlt_loaded_of_kind(single, "flashmla_decode_sm90x2") == 0,
-                      "%s [sm90 single]: expected the one-CTA sm_90a decode", c->name);
-            mla_runtime_destroy(single);
+            run_and_check(pr, &d, &v, NULL, " [sm90 pair]");
+            assert_decode_kind(pr, c->name, kind, " [sm90 pair]", 1);
+            mla_runtime_destroy(pr);
         }
         /* Both runtimes share the device's primary context, so v's buffers serve both. */
         cr_assert(runtime_with_decode_env("portable", &portable) && portable != rt,
