@@ -6,7 +6,9 @@
 // Everything else (math, schedule walk, the two warpgroups on alternate tiles, outputs) is
 // decode_sm90.cu's page class 0 (its header has the pipeline); only the loads and their
 // barriers differ. Non-causal only (both CTAs must stop at the same key; causal calls keep
-// decode_sm90.cu), an even number of head blocks.
+// decode_sm90.cu), an even number of head blocks. Run on request only
+// (MLAJIT_FLASHMLA_DECODE=pair): measured slower than decode_sm90.cu's one-CTA page class 0 (403
+// against 312 us at b 128, s_k 4096, page 1; docs/perf-notes.md).
 //
 // Template parameter (the spec "flashmla_decode_sm90x2" fixes it): kKV 0 bf16, 1 fp16.
 // Grid (2 P, h_kv, ceil(s_q h_q / h_kv / 64) / 2), clusters of 2 along x: CTA rank c = x % 2 of
