@@ -63,6 +63,22 @@ mla_status mla__flashmla_decode_sm90_build(const mla__spec *spec, char *name_exp
     return MLA_OK;
 }
 
+mla_status mla__flashmla_decode_sm90x2_build(const mla__spec *spec, char *name_expr, size_t size,
+                                             mla__launch_info *launch) {
+    MLA_ARG_CHECK(spec->n_params == 1 && !strcmp(spec->params[0].name, "kv_dtype"),
+                  "%s: expected 1 parameter (kv_dtype), got %d", spec->kernel, spec->n_params);
+    long long kv = spec->params[0].value;
+    MLA_ARG_CHECK(kv == 0 || kv == 1, "%s: kv_dtype: expected 0 (bfloat16) or 1 (float16), got "
+                  "%lld", spec->kernel, kv);
+    int n = snprintf(name_expr, size, "mla::flashmla::decode_sm90x2_kernel<%lld>", kv);
+    MLA_RETURN_ERROR_IF(n < 0 || (size_t)n >= size, MLA_ERR_INTERNAL,
+                        "%s: name expression buffer of %zu bytes too small", spec->kernel, size);
+    launch->threads = MLA__FLASHMLA_DECODE_THREADS;
+    launch->dynamic_smem = MLA__FLASHMLA_DECODE_X2_SMEM;
+    launch->cluster = 2;
+    return MLA_OK;
+}
+
 const char *mla__flashmla_decode_kind(const char *arch, int kv, const char *force) {
     int portable = force && !strcmp(force, "portable");
     const mla__kernel_kind *sm90 = mla__kernel_kind_find("flashmla_decode_sm90");
@@ -389,14 +405,24 @@ static mla_status launch_decode(mla_runtime *rt, const mla__flashmla_decode_para
     int page_class = sm90 ? tma_box_rows(d->page) >= MLA__FLASHMLA_TMA_MIN_ROWS
                           : d->page % MLA__FLASHMLA_UNIT_KEYS == 0;
     CUtensorMap map;
+    const mla__kernel *k_x2 = NULL;
     memset(&map, 0, sizeof map);
     if (sm90 && page_class == 1 && !encode_k_tma(rt, p, d, &map)) page_class = 0;
-    const long long values[] = {d->kv, page_class, d->causal};
-    const mla__kernel *k = NULL;
-    MLA_FORWARD_IF_ERROR(get_kernel(rt, kind, names, values, 3, &k));
     long long q_rows = (long long)d->s_q * (d->h_q / d->h_kv);
     unsigned m_blocks = (unsigned)((q_rows + MLA__FLASHMLA_BLOCK_M - 1) / MLA__FLASHMLA_BLOCK_M);
     void *args[] = {(void *)p, (void *)&map};
+    /* On request ($MLAJIT_FLASHMLA_DECODE=pair; measured slower): the cp.async path without a
+     * causal mask, head blocks in pairs, on the CTA pair (each CTA copies half of every tile and
+     * sends it to the other), its parts' two CTAs neighbours along x. */
+    if (sm90 && page_class == 0 && !d->causal && m_blocks % 2 == 0 && rt->flashmla_decode_pair) {
+        const long long kv = d->kv;
+        MLA_FORWARD_IF_ERROR(get_kernel(rt, "flashmla_decode_sm90x2", names, &kv, 1, &k_x2));
+        return mla__launch_pdl(rt, k_x2, 2u * (unsigned)d->parts, (unsigned)d->h_kv, m_blocks / 2,
+                               stream, args);
+    }
+    const long long values[] = {d->kv, page_class, d->causal};
+    const mla__kernel *k = NULL;
+    MLA_FORWARD_IF_ERROR(get_kernel(rt, kind, names, values, 3, &k));
     /* Programmatic dependent of the stream's previous kernel: the decode waits for it before
      * reading anything, so only its launch overlaps that kernel's tail. */
     return mla__launch_pdl(rt, k, (unsigned)d->parts, (unsigned)d->h_kv, m_blocks, stream, args);

@@ -25,6 +25,13 @@ mla_status mla__flashmla_combine_build(const struct mla__spec *spec, char *name_
  * which launch_decode downgrades to 0 when the driver refuses the descriptor). */
 mla_status mla__flashmla_decode_sm90_build(const struct mla__spec *spec, char *name_expr,
                                            size_t size, struct mla__launch_info *launch);
+/* "flashmla_decode_sm90x2" (kv_dtype 0 or 1): the sm_90a decode's cp.async path (page class 0,
+ * non-causal) on CTA pairs (kernel_src/flashmla/decode_sm90x2.cu), clusters of 2 along x over
+ * grid (2 P, h_kv, head blocks / 2); launch_decode runs it for page class 0 calls of the sm90
+ * kind without a causal mask and with an even number of head blocks when the runtime was created
+ * with $MLAJIT_FLASHMLA_DECODE=pair (measured slower than the one-CTA kernel; comparisons). */
+mla_status mla__flashmla_decode_sm90x2_build(const struct mla__spec *spec, char *name_expr,
+                                             size_t size, struct mla__launch_info *launch);
 /* The decode kind a call on arch with KV kind kv runs: "flashmla_decode_sm90" on sm_90a for
  * 16-bit KV unless force is "portable" (the runtime's $MLAJIT_FLASHMLA_DECODE choice, read at
  * mla_runtime_create; may be NULL), else "flashmla_decode". */
@@ -44,6 +51,7 @@ enum { MLA__FLASHMLA_OUT_BF16 = 0, MLA__FLASHMLA_OUT_FP16 = 1 };
 #define MLA__FLASHMLA_DECODE_THREADS 256
 #define MLA__FLASHMLA_DECODE_SMEM 229888    /* decode.cu kSmemBytes */
 #define MLA__FLASHMLA_DECODE_SM90_SMEM 231488 /* decode_sm90.cu kSmemBytes90 */
+#define MLA__FLASHMLA_DECODE_X2_SMEM 231560 /* decode_sm90x2.cu kSmemBytesX2 */
 #define MLA__FLASHMLA_COMBINE_THREADS 256
 #define MLA__FLASHMLA_COMBINE_ROWS 32       /* rows per combine CTA (4 per warp) */
 #define MLA__FLASHMLA_WS_ALIGN 256

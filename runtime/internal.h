@@ -300,6 +300,8 @@ struct mla_runtime {
     char no_device_reason[512];    /* why has_device is 0 */
     int flashmla_decode_portable;  /* $MLAJIT_FLASHMLA_DECODE was "portable" at create: the dense
                                       FlashMLA decode runs the portable kernel on sm_90a too */
+    int flashmla_decode_pair;      /* ... was "pair": the sm_90a dense decode's cp.async path on
+                                      the CTA pair (flashmla_decode_sm90x2) where it applies */
     int fakequant_prefill_portable; /* $MLAJIT_FAKEQUANT_PREFILL was "portable" at create: the
                                        fake-quant prefill runs the fp32 kernel everywhere */
     int fakequant_prefill_warps;    /* "mma4", "mma8", "mma32": the mma.sync prefill (not the */
@@ -337,9 +339,9 @@ mla_status mla__runtime_enter(mla_runtime *rt);
 /* Launches a kernel: grid x/y/z, the kernel's own block size and dynamic smem. */
 mla_status mla__launch(mla_runtime *rt, const mla__kernel *k, unsigned gx, unsigned gy,
                        unsigned gz, CUstream stream, void **args);
-/* The same (no cluster) as the programmatic dependent of the previous kernel on stream (sm_90
- * and up: it may start before that kernel ends and must griddepcontrol.wait before reading its
- * results; elsewhere an ordinary launch). */
+/* The same (clusters of the kernel's launch.cluster along x) as the programmatic dependent of
+ * the previous kernel on stream (sm_90 and up: it may start before that kernel ends and must
+ * griddepcontrol.wait before reading its results; elsewhere an ordinary launch). */
 mla_status mla__launch_pdl(mla_runtime *rt, const mla__kernel *k, unsigned gx, unsigned gy,
                            unsigned gz, CUstream stream, void **args);
 

@@ -263,9 +263,18 @@ mla_status mla__launch(mla_runtime *rt, const mla__kernel *k, unsigned gx, unsig
 
 mla_status mla__launch_pdl(mla_runtime *rt, const mla__kernel *k, unsigned gx, unsigned gy,
                            unsigned gz, CUstream stream, void **args) {
-    CUlaunchAttribute attr;
-    memset(&attr, 0, sizeof attr);
-    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attr.value.programmaticStreamSerializationAllowed = 1;
-    return launch_ex(rt, k, gx, gy, gz, stream, args, &attr, rt->cc >= 90 ? 1 : 0);
+    CUlaunchAttribute attr[2];
+    memset(attr, 0, sizeof attr);
+    unsigned n = 0;
+    if (rt->cc >= 90) {
+        attr[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr[n++].value.programmaticStreamSerializationAllowed = 1;
+    }
+    if (k->launch.cluster > 1) {
+        attr[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attr[n].value.clusterDim.x = (unsigned)k->launch.cluster;
+        attr[n].value.clusterDim.y = attr[n].value.clusterDim.z = 1;
+        n++;
+    }
+    return launch_ex(rt, k, gx, gy, gz, stream, args, attr, n);
 }

@@ -146,10 +146,13 @@ static int env_choice(mla_runtime *rt, const char *name, const char *const *valu
     env_choice(rt, name, values, (int)(sizeof values / sizeof values[0]))
 
 /* $MLAJIT_FLASHMLA_DECODE: "portable" forces the portable dense decode kernel (and the portable
- * sparse kernels). */
+ * sparse kernels); "pair" runs the sm_90a dense decode's cp.async path on the CTA pair
+ * (flashmla_decode_sm90x2) where it applies (measured slower, docs/perf-notes.md; comparisons). */
 static void resolve_flashmla_decode(mla_runtime *rt) {
-    static const char *const values[] = {"portable"};
-    rt->flashmla_decode_portable = ENV_CHOICE(rt, "MLAJIT_FLASHMLA_DECODE", values) == 0;
+    static const char *const values[] = {"portable", "pair"};
+    const int c = ENV_CHOICE(rt, "MLAJIT_FLASHMLA_DECODE", values);
+    rt->flashmla_decode_portable = c == 0;
+    rt->flashmla_decode_pair = c == 1;
 }
 
 /* $MLAJIT_FAKEQUANT_PREFILL: "portable" runs the fake-quant prefill on the fp32 kernel even where

@@ -27,6 +27,7 @@ static const char *const dsv4_attention_params[] = {"H", "page_size", "draft_tok
 static const char *const dsv4_output_proj_params[] = {"H", "G", NULL};
 static const char *const dsv4_output_proj_stream_params[] = {"H", "G", "NT", NULL};
 static const char *const flashmla_decode_params[] = {"kv_dtype", "page_class", "causal", NULL};
+static const char *const flashmla_decode_x2_params[] = {"kv_dtype", NULL};
 static const char *const flashmla_combine_params[] = {"out_dtype", NULL};
 static const char *const flashmla_sparse_prefill_params[] = {"d_qk", NULL};
 
@@ -45,6 +46,8 @@ static const mla__kernel_kind kinds[] = {
     {"flashmla_decode", "flashmla/decode.cu", flashmla_decode_params, mla__flashmla_decode_build},
     {"flashmla_decode_sm90", "flashmla/decode_sm90.cu", flashmla_decode_params,
      mla__flashmla_decode_sm90_build, "sm_90a"},
+    {"flashmla_decode_sm90x2", "flashmla/decode_sm90x2.cu", flashmla_decode_x2_params,
+     mla__flashmla_decode_sm90x2_build, "sm_90a"},
     {"flashmla_combine", "flashmla/combine.cu", flashmla_combine_params,
      mla__flashmla_combine_build},
     {"flashmla_sparse_decode", "flashmla/sparse_decode.cu", no_params,

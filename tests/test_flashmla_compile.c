@@ -2,7 +2,9 @@
  * kv_dtype x page_class x causal; combine for both out dtypes) compiles with NVRTC for sm_90a and
  * sm_100a through the library (mla__precompile, no GPU needed) and reports the launch needs the
  * runtime will use; the wgmma decode (16-bit KV x page_class x causal) compiles for sm_90a, and
- * the dispatch picks it on sm_90a only, for 16-bit KV only, unless the portable path is forced.
+ * the dispatch picks it on sm_90a only, for 16-bit KV only, unless the portable path is forced;
+ * its CTA pair for the cp.async path (flashmla_decode_sm90x2, 16-bit KV) compiles for sm_90a with
+ * clusters of 2.
  * Spec values outside the kinds' ranges are refused by the builders. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
@@ -21,7 +23,7 @@ typedef struct compile_case {
     int v[3];         /* kv_dtype, page_class, causal | out_dtype */
 } compile_case;
 
-#define N_CASES (2 * (1 + 12 + 2) + 8)
+#define N_CASES (2 * (1 + 12 + 2) + 8 + 2)
 static compile_case cases[N_CASES];
 
 static void fill_cases(void) {
@@ -54,6 +56,12 @@ static void fill_cases(void) {
                 snprintf(c->kernel, sizeof c->kernel, "flashmla_decode_sm90");
                 c->n = 3, c->v[0] = kv, c->v[1] = pc, c->v[2] = causal;
             }
+    for (int kv = 0; kv < 2; kv++) {
+        compile_case *c = &cases[n++];
+        snprintf(c->arch, sizeof c->arch, "sm_90a");
+        snprintf(c->kernel, sizeof c->kernel, "flashmla_decode_sm90x2");
+        c->n = 1, c->v[0] = kv;
+    }
 }
 
 ParameterizedTestParameters(flashmla_compile, every_spec) {
@@ -80,18 +88,21 @@ ParameterizedTest(compile_case *c, flashmla_compile, every_spec) {
               "%s %s: spec key: %s", desc, c->arch, mla_last_error());
     free(key);
     int sm90 = !strcmp(c->kernel, "flashmla_decode_sm90");
-    int want_threads = !strcmp(c->kernel, "flashmla_decode") || sm90
+    int x2 = !strcmp(c->kernel, "flashmla_decode_sm90x2");
+    int want_threads = !strcmp(c->kernel, "flashmla_decode") || sm90 || x2
                            ? MLA__FLASHMLA_DECODE_THREADS
                        : !strcmp(c->kernel, "flashmla_combine") ? MLA__FLASHMLA_COMBINE_THREADS
                                                                 : MLA__FLASHMLA_METADATA_THREADS;
     int want_smem = !strcmp(c->kernel, "flashmla_decode") ? MLA__FLASHMLA_DECODE_SMEM
                     : sm90                                ? MLA__FLASHMLA_DECODE_SM90_SMEM
+                    : x2                                  ? MLA__FLASHMLA_DECODE_X2_SMEM
                                                           : 0;
+    int want_cluster = x2 ? 2 : 1;
     cr_expect(launch.threads == want_threads && launch.dynamic_smem == want_smem &&
-                  launch.cluster == 1,
-              "%s %s: launch (%d threads, %d smem, cluster %d), expected (%d, %d, 1)", desc,
+                  launch.cluster == want_cluster,
+              "%s %s: launch (%d threads, %d smem, cluster %d), expected (%d, %d, %d)", desc,
               c->arch, launch.threads, launch.dynamic_smem, launch.cluster, want_threads,
-              want_smem);
+              want_smem, want_cluster);
     cr_expect(strstr(name, "mla::flashmla::") == name, "%s %s: name expression %s", desc, c->arch,
               name);
     mla_runtime_destroy(rt);
@@ -116,6 +127,8 @@ static bad_spec bad[] = {
     {"flashmla_decode_sm90", 3, {"kv_dtype", "page_class", "causal"}, {2, 0, 0}, "kv_dtype"},
     {"flashmla_decode_sm90", 3, {"kv_dtype", "page_class", "causal"}, {0, 2, 0}, "page_class"},
     {"flashmla_decode_sm90", 3, {"kv_dtype", "page_class", "causal"}, {0, 0, 2}, "causal"},
+    {"flashmla_decode_sm90x2", 1, {"kv_dtype", "", ""}, {2, 0, 0}, "kv_dtype"},
+    {"flashmla_decode_sm90x2", 3, {"kv_dtype", "page_class", "causal"}, {0, 0, 0}, "1 parameter"},
     {"flashmla_combine", 1, {"out_dtype", "", ""}, {2, 0, 0}, "out_dtype"},
     {"flashmla_combine", 0, {"", "", ""}, {0, 0, 0}, "out_dtype"},
     {"flashmla_metadata", 1, {"x", "", ""}, {1, 0, 0}, "no parameters"},

@@ -254,17 +254,43 @@ static int runtime_with_decode_env(const char *value, mla_runtime **rt) {
     return ok;
 }
 
-/* The dense decode rt ran was of kind want, and never of the other kind. */
+/* The dense decode rt ran was of kind want, and never of the other kind (the sm_90a kind counting
+ * its CTA pair, flashmla_decode_sm90x2, which it must have run where pair is set, and only then). */
 static void assert_decode_kind(const mla_runtime *rt, const char *name, const char *want,
-                               const char *what) {
-    const char *other = strcmp(want, "flashmla_decode") ? "flashmla_decode"
-                                                        : "flashmla_decode_sm90";
-    cr_assert(mlt_loaded_of_kind(rt, want) >= 1 && mlt_loaded_of_kind(rt, other) == 0, "%s%s: expected "
-              "the decode to run %s only, the runtime loaded %d %s and %d %s kernels", name, what,
-              want, mlt_loaded_of_kind(rt, want), want, mlt_loaded_of_kind(rt, other), other);
+                               const char *what, int pair) {
+    int sm90 = !!strcmp(want, "flashmla_decode");
+    const char *other = sm90 ? "flashmla_decode" : "flashmla_decode_sm90";
+    int n_want = mlt_loaded_of_kind(rt, want), n_x2 = mlt_loaded_of_kind(rt, "flashmla_decode_sm90x2");
+    int n_other = mlt_loaded_of_kind(rt, other);
+    cr_assert((sm90 ? n_want + n_x2 : n_want) >= 1 && n_other == 0 && (sm90 || n_x2 == 0),
+              "%s%s: expected the decode to run %s only, the runtime loaded %d %s, %d x2 and %d "
+              "%s kernels", name, what, want, n_want, want, n_x2, n_other, other);
+    cr_assert(pair ? n_x2 >= 1 : n_x2 == 0, "%s%s: expected %s CTA pair (flashmla_decode_sm90x2), "
+              "loaded %d", name, what, pair ? "the" : "no", n_x2);
 }
 
-ParameterizedTest(mlt_fm_case *c, flashmla_gpu, sweep) {
+/* Whether the sm_90a decode of case c runs on the CTA pair under MLAJIT_FLASHMLA_DECODE=pair:
+ * cp.async path (a page size not a multiple of 8), no causal mask, an even number of 64-row head
+ * blocks (launch_decode). */
+static int runs_pair(const mlt_fm_case *c) {
+    long long blocks = ((long long)c->s_q * (c->h_q / c->h_kv) + 63) / 64;
+    return c->page % 8 != 0 && !(c->causal && c->s_q > 1) && blocks % 2 == 0;
+}
+
+/* sm_90a CTA pair (page class 0, non-causal, head blocks in pairs; sweep's p1 h128 case runs on
+ * it too): four head blocks (two pairs along z), a partial second head block, strided tensors,
+ * split and whole requests, several chunks per CTA. */
+static mlt_fm_case pair[] = {
+    {"pair fp16 b6 sq2 sk4096 h128/1 p1 var zeros strided", FP, 6, 2, 4096, 128, 1, 1, 1, 2, 0, 1,
+     0, 0, 0, 0},
+    {"pair bf16 b8 sq1 sk700 h100/1 p2 var parts=3", BF, 8, 1, 700, 100, 1, 2, 1, 0, 0, 0, 3, 0, 0,
+     0},
+    {"pair bf16 b32 sq1 sk4096 h128/1 p1", BF, 32, 1, 4096, 128, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+};
+
+/* One case on the decode the runtime picks, checked, and on sm_90a again on the portable kernel
+ * (and, where it applies, on the CTA pair). */
+static void sweep_case(const mlt_fm_case *c) {
     mla_runtime *rt, *portable = NULL;
     if (!runtime_with_decode_env(NULL, &rt)) cr_skip_test("no CUDA device");
     cr_assert(!rt->flashmla_decode_portable, "a runtime created without MLAJIT_FLASHMLA_DECODE "
@@ -278,7 +304,17 @@ ParameterizedTest(mlt_fm_case *c, flashmla_gpu, sweep) {
     const char *kind = mla__flashmla_decode_kind(rt->arch, c->kv, NULL);
     if (strcmp(kind, "flashmla_decode")) {
         run_and_check(rt, &d, &v, NULL, " [sm90]");
-        assert_decode_kind(rt, c->name, kind, " [sm90]");
+        assert_decode_kind(rt, c->name, kind, " [sm90]", 0);
+        if (runs_pair(c)) {  /* the CTA pair as well */
+            mla_runtime *pr = NULL;
+            cr_assert(runtime_with_decode_env("pair", &pr) && pr != rt,
+                      "%s: a second runtime with MLAJIT_FLASHMLA_DECODE=pair: %s", c->name,
+                      mla_last_error());
+            cr_assert(!mlt_fm_poison_outputs(rt, &d, &v, msg, sizeof msg), "%s", msg);
+            run_and_check(pr, &d, &v, NULL, " [sm90 pair]");
+            assert_decode_kind(pr, c->name, kind, " [sm90 pair]", 1);
+            mla_runtime_destroy(pr);
+        }
         /* Both runtimes share the device's primary context, so v's buffers serve both. */
         cr_assert(runtime_with_decode_env("portable", &portable) && portable != rt,
                   "%s: a second runtime with MLAJIT_FLASHMLA_DECODE=portable: %s", c->name,
@@ -287,15 +323,26 @@ ParameterizedTest(mlt_fm_case *c, flashmla_gpu, sweep) {
                   "creation must force the portable decode", c->name);
         cr_assert(!mlt_fm_poison_outputs(rt, &d, &v, msg, sizeof msg), "%s", msg);
         run_and_check(portable, &d, &v, NULL, " [portable]");
-        assert_decode_kind(portable, c->name, "flashmla_decode", " [portable]");
+        assert_decode_kind(portable, c->name, "flashmla_decode", " [portable]", 0);
         mla_runtime_destroy(portable);
     } else {
         run_and_check(rt, &d, &v, NULL, "");
-        assert_decode_kind(rt, c->name, kind, "");
+        assert_decode_kind(rt, c->name, kind, "", 0);
     }
     mlt_fm_dev_destroy(rt, &v);
     mlt_fm_data_free(&d);
     mla_runtime_destroy(rt);
+}
+
+ParameterizedTest(mlt_fm_case *c, flashmla_gpu, sweep) { sweep_case(c); }
+
+ParameterizedTestParameters(flashmla_gpu, pair) {
+    return cr_make_param_array(mlt_fm_case, pair, sizeof pair / sizeof pair[0]);
+}
+
+ParameterizedTest(mlt_fm_case *c, flashmla_gpu, pair) {
+    cr_assert(runs_pair(c), "%s: not a CTA pair case", c->name);
+    sweep_case(c);
 }
 
 /* ---- batch-invariant mode ------------------------------------------------------------------- */

@@ -58,6 +58,8 @@ static const char *const flashmla_decode[] = {
     "{\"kernel\": \"flashmla_decode_sm90\", \"kv_dtype\": 1, \"page_class\": 0, \"causal\": 1}",
     "{\"kernel\": \"flashmla_decode_sm90\", \"kv_dtype\": 1, \"page_class\": 1, \"causal\": 0}",
     "{\"kernel\": \"flashmla_decode_sm90\", \"kv_dtype\": 1, \"page_class\": 1, \"causal\": 1}",
+    "{\"kernel\": \"flashmla_decode_sm90x2\", \"kv_dtype\": 0}",
+    "{\"kernel\": \"flashmla_decode_sm90x2\", \"kv_dtype\": 1}",
     "{\"kernel\": \"flashmla_combine\", \"out_dtype\": 0}",
     "{\"kernel\": \"flashmla_combine\", \"out_dtype\": 1}",
     NULL,

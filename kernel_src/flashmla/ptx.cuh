@@ -111,6 +111,64 @@ __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const unsigned (&a)[
     }
 }
 
+// Clusters of CTAs (sm_90 and later; the dense decode's CTA pair, decode_sm90x2.cu):
+// mapa.shared::cluster.u32: the shared::cluster address of local shared address addr in the
+// shared memory of CTA `rank` of the cluster.
+__device__ __forceinline__ unsigned cluster_map_shared(unsigned addr, unsigned rank) {
+    unsigned r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
+}
+
+// mbarrier.arrive.shared::cluster.b64: one arrival on the mbarrier at shared::cluster address
+// bar (another CTA's; release at CTA scope, as CUTLASS's cluster pipelines release a buffer).
+__device__ __forceinline__ void mbarrier_arrive_cluster(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes, predicated on on: `bytes`
+// (a multiple of 16, 16-byte aligned) from local shared memory src to dst in another CTA's
+// shared memory (shared::cluster), completing them on that CTA's mbarrier bar (shared::cluster).
+// Predicated rather than branched on, so that it can sit between wgmma of a warpgroup without a
+// divergent path (ptxas serializes wgmma across those, C7520).
+__device__ __forceinline__ void bulk_copy_to_cluster_if(bool on, unsigned dst, unsigned src,
+                                                        unsigned bytes, unsigned bar) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %4, 0;\n"
+        "@p cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], "
+        "%2, [%3];\n"
+        "}\n" ::"r"(dst),
+        "r"(src), "r"(bytes), "r"(bar), "r"((int)on)
+        : "memory");
+}
+
+// mbarrier.arrive.expect_tx.shared::cta.b64, predicated on on (as above): one arrival that also
+// expects `bytes` more bytes of asynchronous copies.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx_if(bool on, unsigned bar,
+                                                             unsigned bytes) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %2, 0;\n"
+        "@p mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
+        "}\n" ::"r"(bar),
+        "r"(bytes), "r"((int)on)
+        : "memory");
+}
+
+// barrier.cluster.arrive.release + barrier.cluster.wait.acquire: every thread of the cluster.
+__device__ __forceinline__ void cluster_barrier_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n"
+                 "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+// fence.mbarrier_init.release.cluster: this thread's mbarrier.init visible to the cluster.
+__device__ __forceinline__ void fence_mbarrier_init_release_cluster() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
 // +inf (NVRTC has no math.h INFINITY).
 __device__ __forceinline__ float inf_f32() { return __int_as_float(0x7f800000); }
 
