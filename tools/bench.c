@@ -64,6 +64,47 @@ uint16_t bench_bf16_bits(float f) {
     return (uint16_t)((u + 0x7FFF + ((u >> 16) & 1)) >> 16); /* round to nearest even */
 }
 
+uint8_t bench_e4m3_bits(float f) {
+    uint8_t sign = f < 0 ? 0x80 : 0;
+    double a = fabs((double)f);
+    if (!(a < 448.0)) return sign | 0x7E; /* saturate (also for inf; NaN never occurs here) */
+    if (a < 0.015625) return sign | (uint8_t)nearbyint(a * 512.0); /* subnormals, 2^-9 steps */
+    int e;
+    double m = frexp(a, &e) * 2.0; /* a = m * 2^(e - 1), m in [1, 2) */
+    int mant = (int)nearbyint((m - 1.0) * 8.0);
+    e -= 1;
+    if (mant == 8) mant = 0, e += 1;
+    if (e > 8 || (e == 8 && mant > 6)) return sign | 0x7E;
+    return sign | (uint8_t)(((e + 7) << 3) | mant);
+}
+
+int bench_fill_normal(mla_runtime *rt, CUdeviceptr dst, size_t n, int elem_bytes, uint64_t seed) {
+    size_t pool = n < BENCH_POOL ? n : BENCH_POOL;
+    uint8_t *h = malloc(pool * (size_t)elem_bytes);
+    int rc = CLI_FAIL;
+    if (!h) {
+        cli_fail("bench", "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < pool; i++) {
+        float g = (float)bench_gauss(&seed);
+        if (elem_bytes == 1) {
+            h[i] = bench_e4m3_bits(g);
+        } else {
+            uint16_t b = bench_bf16_bits(g);
+            memcpy(h + 2 * i, &b, 2);
+        }
+    }
+    for (size_t at = 0; at < n; at += pool) {
+        size_t m = n - at < pool ? n - at : pool;
+        BENCH_CU(rt, cuMemcpyHtoD(dst + at * (size_t)elem_bytes, h, m * (size_t)elem_bytes));
+    }
+    rc = CLI_OK;
+done:
+    free(h);
+    return rc;
+}
+
 void bench_stream_release(mla_runtime *rt, CUstream stream) {
     if (!stream) return;
     rt->drv.cuStreamSynchronize(stream);

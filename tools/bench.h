@@ -48,6 +48,13 @@ double bench_uniform(uint64_t *s);
 double bench_gauss(uint64_t *s);
 /* float -> bfloat16 bits, round to nearest even. */
 uint16_t bench_bf16_bits(float f);
+/* float -> e4m3 (OCP E4M3FN) byte, round to nearest even, saturating at +-448. */
+uint8_t bench_e4m3_bits(float f);
+/* Fills n elements at dst with N(0, 1) values: bf16 (elem_bytes 2) or e4m3 (1). One host pool of
+ * BENCH_POOL random values (an odd count, so tiled rows differ) is uploaded again and again.
+ * Returns CLI_OK, or CLI_FAIL with the error printed. */
+#define BENCH_POOL (((size_t)1 << 22) + 1)
+int bench_fill_normal(mla_runtime *rt, CUdeviceptr dst, size_t n, int elem_bytes, uint64_t seed);
 
 /* Waits for a case's stream and destroys it; NULL is a no-op (for the cases' done paths). */
 void bench_stream_release(mla_runtime *rt, CUstream stream);
