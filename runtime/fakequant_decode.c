@@ -10,6 +10,7 @@
  * the same tensors and of the workspace, then decode.cu's lse fix. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mlajit/flashmla.h"
@@ -495,7 +496,15 @@ static mla_status launch_dense(mla_runtime *rt, const mla_attention_decode_args 
     m.num_q_tokens_per_head_k = (int)h, m.num_heads_k = 1;
     m.split_tokens = dense_chunk(rt), m.max_splits = (int)pl->slots;
     m.tile_scheduler_metadata = &sched, m.num_splits = &splits;
-    MLA_FORWARD_IF_ERROR(mla_get_metadata(rt, &m, stream));
+    /* EXPERIMENT (temporary, bench only): $MLAJIT_FQ_DENSE_EXP bits: 1 the schedule of the first
+     * call is reused (valid only while the lengths stay the same), 2 no lse fix, 4 the metadata
+     * kernel a programmatic dependent, 8 the combine writes the -inf lse (no lse fix). */
+    const char *exp_env = getenv("MLAJIT_FQ_DENSE_EXP");
+    const int exp = exp_env ? atoi(exp_env) : 0;
+    static int exp_sched_done;
+    if (!(exp & 1) || !exp_sched_done)
+        MLA_FORWARD_IF_ERROR(mla__get_metadata(rt, &m, exp & 4, stream));
+    exp_sched_done = 1;
 
     mla_flash_with_kvcache_args f;
     mla_flash_with_kvcache_args_init(&f);
@@ -503,8 +512,9 @@ static mla_status launch_dense(mla_runtime *rt, const mla_attention_decode_args 
     f.tile_scheduler_metadata = &sched, f.num_splits = &splits;
     f.softmax_scale = a->softmax_scale, f.causal = 0;
     f.out = &o4, f.softmax_lse = &l3, f.workspace = &fl;
-    MLA_FORWARD_IF_ERROR(mla_flash_with_kvcache(rt, &f, stream));
-    if (!a->return_lse) return MLA_OK;
+    MLA_FORWARD_IF_ERROR(mla__flash_with_kvcache(rt, &f, (exp & 8) ? "fakequant_dense_combine"
+                                                 : "flashmla_combine", stream));
+    if (!a->return_lse || (exp & 10)) return MLA_OK;
 
     mla__fq_lse_fix_params p = {.seq_len = mla__data(a->b_seq_len), .lse = mla__data(a->lse),
                                 .batch = d->batch, .heads = d->heads};

@@ -73,6 +73,8 @@ static const mla__kernel_kind kinds[] = {
     {"fakequant_decode_combine", "fakequant/decode.cu", fakequant_combine_params,
      mla__fakequant_combine_build},
     {"fakequant_decode_lse_fix", "fakequant/decode.cu", no_params, mla__fakequant_lse_fix_build},
+    {"fakequant_dense_combine", "flashmla/combine.cu", flashmla_combine_params,
+     mla__flashmla_combine_build},
     {"fakequant_prefill", "fakequant/prefill.cu", fakequant_prefill_params,
      mla__fakequant_prefill_build},
     {"fakequant_prefill_mma", "fakequant/prefill_mma.cu", fakequant_prefill_mma_params,
