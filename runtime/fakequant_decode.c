@@ -496,14 +496,14 @@ static mla_status launch_dense(mla_runtime *rt, const mla_attention_decode_args 
     m.num_q_tokens_per_head_k = (int)h, m.num_heads_k = 1;
     m.split_tokens = dense_chunk(rt), m.max_splits = (int)pl->slots;
     m.tile_scheduler_metadata = &sched, m.num_splits = &splits;
-    /* EXPERIMENT (temporary, bench only): $MLAJIT_FQ_DENSE_EXP bits: 1 the schedule of the first
-     * call is reused (valid only while the lengths stay the same), 2 no lse fix, 4 the metadata
-     * kernel a programmatic dependent, 8 the combine writes the -inf lse (no lse fix). */
+    /* EXPERIMENT (temporary, bench only): $MLAJIT_FQ_DENSE_EXP bits: 1 legacy (the metadata
+     * kernel an ordinary launch, FlashMLA's combine, then the lse fix), 2 the schedule of the
+     * first call is reused (valid only while the lengths stay the same). */
     const char *exp_env = getenv("MLAJIT_FQ_DENSE_EXP");
     const int exp = exp_env ? atoi(exp_env) : 0;
     static int exp_sched_done;
-    if (!(exp & 1) || !exp_sched_done)
-        MLA_FORWARD_IF_ERROR(mla__get_metadata(rt, &m, exp & 4, stream));
+    if (!(exp & 2) || !exp_sched_done)
+        MLA_FORWARD_IF_ERROR(mla__get_metadata(rt, &m, !(exp & 1), stream));
     exp_sched_done = 1;
 
     mla_flash_with_kvcache_args f;
@@ -512,9 +512,9 @@ static mla_status launch_dense(mla_runtime *rt, const mla_attention_decode_args 
     f.tile_scheduler_metadata = &sched, f.num_splits = &splits;
     f.softmax_scale = a->softmax_scale, f.causal = 0;
     f.out = &o4, f.softmax_lse = &l3, f.workspace = &fl;
-    MLA_FORWARD_IF_ERROR(mla__flash_with_kvcache(rt, &f, (exp & 8) ? "fakequant_dense_combine"
-                                                 : "flashmla_combine", stream));
-    if (!a->return_lse || (exp & 10)) return MLA_OK;
+    MLA_FORWARD_IF_ERROR(mla__flash_with_kvcache(rt, &f, (exp & 1) ? "flashmla_combine"
+                                                 : "fakequant_dense_combine", stream));
+    if (!a->return_lse || !(exp & 1)) return MLA_OK;
 
     mla__fq_lse_fix_params p = {.seq_len = mla__data(a->b_seq_len), .lse = mla__data(a->lse),
                                 .batch = d->batch, .heads = d->heads};

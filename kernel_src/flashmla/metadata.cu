@@ -30,13 +30,12 @@
 // order, so chunk indices are consecutive.
 //
 // Buffers: seqlens [b] int32; sched [P, 8] int32 (written); num_splits [b + 1] int32 (written;
-// for b >= kSmemRequests it holds C_i as scratch while the parts are cut, below that the cost
-// line and the units are kept in shared memory, so that the binary searches over C do not wait
-// on L2). Positions are computed in 64 bits; C_i is stored as int32 (sum over the batch of units
-// + 5 per chunk must stay below 2^31).
-// Launched as a programmatic dependent of the stream's previous kernel by the fake-quant dense
-// path (runtime/fakequant_decode.c): it waits for that kernel before reading seqlens, and lets
-// its own dependent (the decode, which waits for this grid) launch at once.
+// it holds C_i as scratch while the parts are cut). Positions are computed in 64 bits; C_i is
+// stored as int32 (sum over the batch of units + 5 per chunk must stay below 2^31).
+//
+// mla_attention_decode's dense path launches it as a programmatic dependent of the stream's
+// previous kernel (runtime/fakequant_decode.c), so it waits for that kernel before reading
+// anything; it does not release its own dependent (the decode) early (measured slower).
 
 #include "common/pdl.cuh"
 #include "flashmla/params.cuh"
@@ -44,7 +43,6 @@
 namespace mla {
 namespace flashmla {
 
-constexpr int kSmemRequests = 4096;         // requests whose cost line and units fit smem
 constexpr int kSnapChoices = 4;              // snapping distances tried: (0 .. 3) (pl - 1) / 3
 constexpr int kSplitPenalty = kSplitOverhead;  // modelled cost of the combine's work, in units
 
@@ -239,62 +237,54 @@ __device__ __forceinline__ int request_chunks(const int *sched, int P, long long
 
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads) metadata_kernel(const MetadataParams p) {
-    __shared__ int cost_line[kSmemRequests], units_smem[kSmemRequests];
     pdl::wait();  // a programmatic dependent (header): the previous kernel is done
-    pdl::launch_dependents();
-    const bool in_smem = p.b < kSmemRequests;  // block-uniform
-    int *C = in_smem ? cost_line : p.num_splits;
     const int per = (p.b + kThreads - 1) / kThreads;
     const int i0 = min(p.b, (int)threadIdx.x * per), i1 = min(p.b, i0 + per);
-    if (in_smem)
-        for (int i = i0; i < i1; i++) units_smem[i] = units_of(p.seqlens[i]);
-    // the units of request i (this thread's own, so no barrier is needed before reading them)
-    auto units = [&](int i) { return in_smem ? units_smem[i] : units_of(p.seqlens[i]); };
     int cu = p.chunk_units;
     long long total = 0;
     if (cu > 0) {  // block-uniform: fall back when the chunks do not fit the split slots
         long long n = 0;
-        for (int i = i0; i < i1; i++) n += ceil_div_ll(units(i), cu);
+        for (int i = i0; i < i1; i++) n += ceil_div_ll(units_of(p.seqlens[i]), cu);
         block_exclusive_scan<kThreads>(n, &total);
         if (total > p.max_splits) cu = 0;
     }
     long long c = 0;
-    for (int i = i0; i < i1; i++) c += request_cost(units(i), cu);
+    for (int i = i0; i < i1; i++) c += request_cost(units_of(p.seqlens[i]), cu);
     const long long c_base = block_exclusive_scan<kThreads>(c, &total);
     c = c_base;
     for (int i = i0; i < i1; i++) {
-        C[i] = (int)c;
-        c += request_cost(units(i), cu);
+        p.num_splits[i] = (int)c;
+        c += request_cost(units_of(p.seqlens[i]), cu);
     }
-    if (threadIdx.x == 0) C[p.b] = (int)total;
+    if (threadIdx.x == 0) p.num_splits[p.b] = (int)total;
     __syncthreads();
     const long long pl = total > p.num_parts ? ceil_div_ll(total, p.num_parts) : 1;
-    Cut k = {C, p.b, p.num_parts, total, pl, 0};
+    Cut k = {p.num_splits, p.b, p.num_parts, total, pl, 0};
     if (cu == 0) k.delta = choose_delta<kThreads>(k);  // block-uniform
     for (int part = threadIdx.x; part < p.num_parts; part += kThreads) {
         int *rec = p.sched + (long long)part * kRecordInts;
         const long long start = part * pl, end = start + pl < total ? start + pl : total;
         if (cu > 0) {
             if (start >= total) write_record(rec, 0, 0, -1, 0, 0, 0);
-            else cut_part_chunks(C, p.b, cu, start, end, rec);
+            else cut_part_chunks(p.num_splits, p.b, cu, start, end, rec);
         } else {
             cut_part_normal(k, part, rec);
             rec[kBeginPos] = (int)boundary(k, part);  // read by request_chunks
         }
     }
-    __syncthreads();  // every part has read the cost line before it is overwritten (in
-                      // num_splits), and the records' boundaries are visible
+    __syncthreads();  // every part has read the cost line before it is overwritten, and the
+                      // records' boundaries are visible
     long long n = 0;
     c = c_base;
     for (int i = i0; i < i1; i++) {
-        const int u = units(i);
+        const int u = units_of(p.seqlens[i]);
         n += request_chunks(p.sched, p.num_parts, c, u, cu);
         c += request_cost(u, cu);
     }
     long long splits = block_exclusive_scan<kThreads>(n, &total);
     c = c_base;
     for (int i = i0; i < i1; i++) {
-        const int u = units(i);
+        const int u = units_of(p.seqlens[i]);
         p.num_splits[i] = (int)splits;
         splits += request_chunks(p.sched, p.num_parts, c, u, cu);
         c += request_cost(u, cu);
