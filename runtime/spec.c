@@ -72,7 +72,6 @@ static const mla__kernel_kind kinds[] = {
      mla__fakequant_decode_sm90_build, "sm_90a"},
     {"fakequant_decode_combine", "fakequant/decode.cu", fakequant_combine_params,
      mla__fakequant_combine_build},
-    {"fakequant_decode_lse_fix", "fakequant/decode.cu", no_params, mla__fakequant_lse_fix_build},
     {"fakequant_dense_combine", "flashmla/combine.cu", flashmla_combine_params,
      mla__flashmla_combine_build},
     {"fakequant_prefill", "fakequant/prefill.cu", fakequant_prefill_params,
