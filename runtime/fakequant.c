@@ -94,13 +94,6 @@ mla_status mla__fakequant_combine_build(const mla__spec *spec, char *name_expr, 
     return set_launch(spec, name_expr, size, text, MLA__FQ_THREADS, 0, launch);
 }
 
-mla_status mla__fakequant_lse_fix_build(const mla__spec *spec, char *name_expr, size_t size,
-                                        mla__launch_info *launch) {
-    MLA_FORWARD_IF_ERROR(mla__fq_check_params(spec, NULL, NULL, 0));
-    return set_launch(spec, name_expr, size, "mla::fakequant::lse_fix_kernel", MLA__FQ_THREADS, 0,
-                      launch);
-}
-
 float mla__fq_scale(int mode, float amax) {
     if (mode == MLA_QDQ_NONE || isnan(amax)) return 1.0f;
     volatile float a = amax;   /* one IEEE fp32 division, as the kernels would do it */

@@ -5,9 +5,10 @@
  * $MLAJIT_FAKEQUANT_DECODE=mma), decode_mma.cu (mma.sync, cc 9.0 and later, same shapes, any
  * page; chunks of splits per CTA) and decode.cu (exact fp32 FMA, every shape; forced by
  * $MLAJIT_FAKEQUANT_DECODE=fp32), then decode.cu's combine. Without quantization on sm_90a
- * (use_dense) the call can run the FlashMLA-compatible dense decode instead, through its public
- * functions (mla_get_metadata in the batch-invariant mode, mla_flash_with_kvcache) over views of
- * the same tensors and of the workspace, then decode.cu's lse fix. */
+ * (use_dense) the call can run the FlashMLA-compatible dense decode instead, through the
+ * functions behind its public ones (mla__get_metadata in the batch-invariant mode,
+ * mla__flash_with_kvcache with the fakequant_dense_combine) over views of the same tensors and of
+ * the workspace. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -381,12 +382,15 @@ static mla_status launch_combine(mla_runtime *rt, const mla_attention_decode_arg
  * rounded once to the cache dtype (upstream's p.to(v.dtype) @ v, as decode_sm90.cu does), the row
  * sum takes the fp32 p. So the call runs mla_get_metadata + mla_flash_with_kvcache (on sm_90a
  * flashmla/decode_sm90.cu: 64-key tiles, the two warpgroups on alternate tiles, then its combine)
- * unchanged, over 4-D views of q, the cache, out and lse. Its running max restarts at each chunk
+ * over 4-D views of q, the cache, out and lse, with two differences of launch: the metadata
+ * kernel is a programmatic dependent of the stream's previous kernel, and the combine is
+ * "fakequant_dense_combine" (the same kernel, specialized). Its running max restarts at each chunk
  * of a request, which decides where P is rounded; the schedule is FlashMLA's batch-invariant
  * mode with chunks of MLA__FQ_DENSE_CHUNK keys of the request's own, so the chunks, and the
  * result bit for bit, depend on the request's length only: not on num_kv_splits, the page size or
  * the batch (a request of at most MLA__FQ_DENSE_CHUNK keys is one chunk, written directly). The
- * lse of a request without keys is FlashMLA's +inf; decode.cu's lse fix makes it -inf after.
+ * decode writes FlashMLA's +inf as the lse of a request without keys; the combine, which runs
+ * after it, makes it the spec's -inf.
  * Workspace: [schedule: parts x 8 int32 | num_splits: batch + 1 int32 | lse scratch (return_lse
  * 0): batch x heads float32 | FlashMLA split slots], each part 256-byte aligned. */
 
@@ -495,7 +499,9 @@ static mla_status launch_dense(mla_runtime *rt, const mla_attention_decode_args 
     m.num_q_tokens_per_head_k = (int)h, m.num_heads_k = 1;
     m.split_tokens = dense_chunk(rt), m.max_splits = (int)pl->slots;
     m.tile_scheduler_metadata = &sched, m.num_splits = &splits;
-    MLA_FORWARD_IF_ERROR(mla_get_metadata(rt, &m, stream));
+    /* a programmatic dependent of the previous kernel (the metadata kernel waits for it), so its
+     * launch overlaps that kernel's tail */
+    MLA_FORWARD_IF_ERROR(mla__get_metadata(rt, &m, 1, stream));
 
     mla_flash_with_kvcache_args f;
     mla_flash_with_kvcache_args_init(&f);
@@ -503,18 +509,8 @@ static mla_status launch_dense(mla_runtime *rt, const mla_attention_decode_args 
     f.tile_scheduler_metadata = &sched, f.num_splits = &splits;
     f.softmax_scale = a->softmax_scale, f.causal = 0;
     f.out = &o4, f.softmax_lse = &l3, f.workspace = &fl;
-    MLA_FORWARD_IF_ERROR(mla_flash_with_kvcache(rt, &f, stream));
-    if (!a->return_lse) return MLA_OK;
-
-    mla__fq_lse_fix_params p = {.seq_len = mla__data(a->b_seq_len), .lse = mla__data(a->lse),
-                                .batch = d->batch, .heads = d->heads};
-    mla__spec spec;
-    mla__spec_init(&spec, "fakequant_decode_lse_fix");
-    const mla__kernel *k = NULL;
-    MLA_FORWARD_IF_ERROR(mla__get_kernel(rt, &spec, &k));
-    void *args[] = {&p};
-    /* a programmatic dependent of the combine: it waits for it (griddepcontrol.wait) */
-    return mla__launch_pdl(rt, k, (unsigned)d->batch, 1, 1, stream, args);
+    /* the combine writes -inf as the lse of requests without keys (FlashMLA's is +inf) */
+    return mla__flash_with_kvcache(rt, &f, "fakequant_dense_combine", stream);
 }
 
 mla_status mla_attention_decode(mla_runtime *runtime, const mla_attention_decode_args *args,

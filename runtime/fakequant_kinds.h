@@ -27,10 +27,6 @@ mla_status mla__fakequant_decode_mma_build(const struct mla__spec *spec, char *n
  * (kernel_src/fakequant/decode_sm90.cu). runtime/fakequant.c. */
 mla_status mla__fakequant_decode_sm90_build(const struct mla__spec *spec, char *name_expr,
                                             size_t size, struct mla__launch_info *launch);
-/* "fakequant_decode_lse_fix" (no parameters): -inf lse for requests without keys after the dense
- * decode path (kernel_src/fakequant/decode.cu). runtime/fakequant.c. */
-mla_status mla__fakequant_lse_fix_build(const struct mla__spec *spec, char *name_expr, size_t size,
-                                        struct mla__launch_info *launch);
 /* "fakequant_prefill" (dtype, q_quant, k_quant, p_quant, v_quant, sparsity_m).
  * runtime/fakequant_prefill.c. */
 mla_status mla__fakequant_prefill_build(const struct mla__spec *spec, char *name_expr, size_t size,
@@ -102,7 +98,8 @@ static inline int mla__fq_sm90_default(int k_qdq, int v_qdq, int p_qdq) {
 }
 /* The dense path (no quantization; runtime/fakequant_decode.c use_dense): the FlashMLA-compatible
  * decode (mla_get_metadata in its batch-invariant mode with chunks of MLA__FQ_DENSE_CHUNK keys,
- * mla_flash_with_kvcache: flashmla/decode_sm90.cu and its combine), then the lse fix. Where it
+ * mla_flash_with_kvcache: flashmla/decode_sm90.cu and its combine as "fakequant_dense_combine",
+ * which writes the spec's -inf lse of requests without keys). Where it
  * applies it is the default when MLA__FQ_DENSE_DEFAULT is 1, else only with
  * $MLAJIT_FAKEQUANT_DECODE=dense. */
 #define MLA__FQ_DENSE_CHUNK 16384
@@ -139,12 +136,6 @@ typedef struct mla__fq_combine_params {
     int batch, heads, rank, splits;
 } mla__fq_combine_params;
 
-typedef struct mla__fq_lse_fix_params {
-    CUdeviceptr seq_len, lse;
-    int batch, heads;
-} mla__fq_lse_fix_params;
-
-_Static_assert(sizeof(mla__fq_lse_fix_params) == 24, "mirror of LseFixParams");
 _Static_assert(sizeof(mla__fq_decode_params) == 136, "mirror of DecodeParams");
 _Static_assert(sizeof(mla__fq_combine_params) == 64, "mirror of CombineParams");
 _Static_assert(sizeof(mla__fq_decode_mma_params) == 136, "mirror of MmaDecodeParams");

@@ -40,9 +40,12 @@ mla_status mla__flashmla_combine_build(const mla__spec *spec, char *name_expr, s
     MLA_ARG_CHECK(out == MLA__FLASHMLA_OUT_BF16 || out == MLA__FLASHMLA_OUT_FP16,
                   "%s: out_dtype: expected 0 (bfloat16) or 1 (float16), got %lld", spec->kernel,
                   out);
-    MLA_FORWARD_IF_ERROR(name_expr_printf(spec, name_expr, size,
-                                          out ? "mla::flashmla::combine_kernel<true>"
-                                              : "mla::flashmla::combine_kernel<false>"));
+    /* "fakequant_dense_combine": the same kernel with the fake-quant spec's -inf lse of empty rows */
+    const int neg = !strcmp(spec->kernel, "fakequant_dense_combine");
+    char text[64];
+    snprintf(text, sizeof text, "mla::flashmla::combine_kernel<%s, %s>", out ? "true" : "false",
+             neg ? "true" : "false");
+    MLA_FORWARD_IF_ERROR(name_expr_printf(spec, name_expr, size, text));
     launch->threads = MLA__FLASHMLA_COMBINE_THREADS;
     launch->dynamic_smem = 0;
     launch->cluster = 1;
@@ -126,6 +129,11 @@ static mla_status check_int32_out(const mla_runtime *rt, const DLTensor *t, cons
 
 mla_status mla_get_metadata(mla_runtime *runtime, const mla_get_metadata_args *args,
                             CUstream stream) {
+    return mla__get_metadata(runtime, args, 0, stream);
+}
+
+mla_status mla__get_metadata(mla_runtime *runtime, const mla_get_metadata_args *args, int pdl,
+                             CUstream stream) {
     MLA_ARG_CHECK(runtime != NULL, "runtime: expected a runtime, got NULL");
     int b = 0;
     int64_t parts = 0;
@@ -154,5 +162,6 @@ mla_status mla_get_metadata(mla_runtime *runtime, const mla_get_metadata_args *a
     const mla__kernel *k = NULL;
     MLA_FORWARD_IF_ERROR(mla__get_kernel(runtime, &spec, &k));
     void *kargs[] = {&p};
-    return mla__launch(runtime, k, 1, 1, 1, stream, kargs);
+    return pdl ? mla__launch_pdl(runtime, k, 1, 1, 1, stream, kargs)
+               : mla__launch(runtime, k, 1, 1, 1, stream, kargs);
 }

@@ -429,16 +429,16 @@ static mla_status launch_decode(mla_runtime *rt, const mla__flashmla_decode_para
 }
 
 static mla_status launch_combine(mla_runtime *rt, const mla__flashmla_decode_params *dp,
-                                 const dims *d, CUstream stream) {
+                                 const dims *d, const char *kind, CUstream stream) {
     static const char *const names[] = {"out_dtype"};
     const long long values[] = {d->kv == MLA__FLASHMLA_KV_FP16};
     const mla__kernel *k = NULL;
-    MLA_FORWARD_IF_ERROR(get_kernel(rt, "flashmla_combine", names, values, 1, &k));
+    MLA_FORWARD_IF_ERROR(get_kernel(rt, kind, names, values, 1, &k));
     mla__flashmla_combine_params p = {
         .o_accum = dp->o_accum, .lse_accum = dp->lse_accum, .num_splits = dp->num_splits,
         .out = dp->out, .o_stride_b = dp->o_stride_b, .o_stride_s = dp->o_stride_s,
         .o_stride_h = dp->o_stride_h, .lse = dp->lse, .b = d->b, .s_q = d->s_q, .h_q = d->h_q,
-        .split_cap = dp->split_cap,
+        .split_cap = dp->split_cap, .seqlens = dp->seqlens,
     };
     unsigned row_blocks = (unsigned)((d->rows + MLA__FLASHMLA_COMBINE_ROWS - 1) /
                                      MLA__FLASHMLA_COMBINE_ROWS);
@@ -452,11 +452,17 @@ mla_status mla_flash_with_kvcache(mla_runtime *runtime, const mla_flash_with_kvc
                                   CUstream stream) {
     MLA_ARG_CHECK(runtime != NULL, "runtime: expected a runtime, got NULL");
     if (args && args->indices) return mla__flash_sparse_decode(runtime, args, stream);
+    return mla__flash_with_kvcache(runtime, args, "flashmla_combine", stream);
+}
+
+mla_status mla__flash_with_kvcache(mla_runtime *runtime, const mla_flash_with_kvcache_args *args,
+                                   const char *combine_kind, CUstream stream) {
+    MLA_ARG_CHECK(runtime != NULL, "runtime: expected a runtime, got NULL");
     dims d = {0};
     MLA_FORWARD_IF_ERROR(check_call(runtime, args, &d));
     mla__flashmla_decode_params p;
     fill_decode_params(args, &d, &p);
     MLA_FORWARD_IF_ERROR(mla__runtime_enter(runtime));
     MLA_FORWARD_IF_ERROR(launch_decode(runtime, &p, &d, stream));
-    return launch_combine(runtime, &p, &d, stream);
+    return launch_combine(runtime, &p, &d, combine_kind, stream);
 }

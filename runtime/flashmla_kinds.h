@@ -12,7 +12,9 @@ struct mla__spec;
 struct mla__launch_info;
 
 /* "flashmla_metadata" (no params), "flashmla_decode" (kv_dtype, page_class, causal),
- * "flashmla_combine" (out_dtype). runtime/flashmla.c and runtime/flashmla_decode.c. */
+ * "flashmla_combine" (out_dtype), and "fakequant_dense_combine" (out_dtype: the same combine with
+ * -inf as the lse of rows without keys, for mla_attention_decode's dense path).
+ * runtime/flashmla.c and runtime/flashmla_decode.c. */
 mla_status mla__flashmla_metadata_build(const struct mla__spec *spec, char *name_expr,
                                         size_t size, struct mla__launch_info *launch);
 mla_status mla__flashmla_decode_build(const struct mla__spec *spec, char *name_expr, size_t size,
@@ -36,6 +38,15 @@ mla_status mla__flashmla_decode_sm90x2_build(const struct mla__spec *spec, char 
  * 16-bit KV unless force is "portable" (the runtime's $MLAJIT_FLASHMLA_DECODE choice, read at
  * mla_runtime_create; may be NULL), else "flashmla_decode". */
 const char *mla__flashmla_decode_kind(const char *arch, int kv, const char *force);
+
+/* mla_flash_with_kvcache (dense) with the combine of kind combine_kind ("flashmla_combine" or
+ * "fakequant_dense_combine"). */
+mla_status mla__flash_with_kvcache(mla_runtime *runtime, const mla_flash_with_kvcache_args *args,
+                                   const char *combine_kind, CUstream stream);
+/* mla_get_metadata with its metadata kernel launched as a programmatic dependent of the
+ * stream's previous kernel when pdl is set (it waits for that kernel before reading anything). */
+mla_status mla__get_metadata(mla_runtime *runtime, const mla_get_metadata_args *args, int pdl,
+                             CUstream stream);
 
 /* Spec values. */
 enum { MLA__FLASHMLA_KV_BF16 = 0, MLA__FLASHMLA_KV_FP16 = 1, MLA__FLASHMLA_KV_FP8 = 2 };
@@ -103,10 +114,11 @@ typedef struct mla__flashmla_combine_params {
     long long o_stride_b, o_stride_s, o_stride_h;
     CUdeviceptr lse;
     int b, s_q, h_q, split_cap;
+    CUdeviceptr seqlens;
 } mla__flashmla_combine_params;
 
 _Static_assert(sizeof(mla__flashmla_metadata_params) == 40, "mirror of MetadataParams");
 _Static_assert(sizeof(mla__flashmla_decode_params) == 224, "mirror of DecodeParams");
-_Static_assert(sizeof(mla__flashmla_combine_params) == 80, "mirror of CombineParams");
+_Static_assert(sizeof(mla__flashmla_combine_params) == 88, "mirror of CombineParams");
 
 #endif /* MLAJIT_FLASHMLA_KINDS_H */

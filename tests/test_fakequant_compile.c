@@ -1,6 +1,6 @@
 /* Compile tests of the fake-quant kernels: every specialization (qdq for in_dtype x mode; decode
  * and the tensor-core decode_mma for cache_dtype x k_qdq x v_qdq x p_qdq, and the sm_90a decode_sm90 the
- * same for sm_90a only; the combine for each out_dtype; the lse fix of the dense path) and a covering set of
+ * same for sm_90a only; the combine for each out_dtype; the combine of the dense path) and a covering set of
  * the prefill's (dtype x q/k/p/v quant x sparsity_m: every value of every parameter, each mode
  * beside each other mode and each sparsity, the GPU tests' specs among them; for the tensor-core
  * prefill the same set over its head dims, every dqk and every dv; for the wgmma prefill, sm_90a
@@ -25,7 +25,7 @@ typedef struct compile_case {
 } compile_case;
 
 #define N_PREFILL 12
-#define N_PER_ARCH (6 + 2 * 54 + 3 + 1 + 2 * N_PREFILL + 6)
+#define N_PER_ARCH (6 + 2 * 54 + 3 + 2 + 2 * N_PREFILL + 6)
 #define N_SM90 54   /* the sm_90a decode, for sm_90a only (its kind's only arch) */
 static compile_case cases[2 * N_PER_ARCH + N_PREFILL + N_SM90];
 
@@ -61,7 +61,7 @@ static void fill_cases(void) {
                             add_case(&n, archs[a], mma ? "fakequant_decode_mma" : "fakequant_decode",
                                      4, c, k, v, p);
         for (int o = 0; o < 3; o++) add_case(&n, archs[a], "fakequant_decode_combine", 1, o, 0, 0, 0);
-        add_case(&n, archs[a], "fakequant_decode_lse_fix", 0, 0, 0, 0, 0);
+        for (int o = 0; o < 2; o++) add_case(&n, archs[a], "fakequant_dense_combine", 1, o, 0, 0, 0);
         for (int i = 0; i < N_PREFILL; i++) {
             const int *v = prefill_specs[i];
             compile_case *c = add_case(&n, archs[a], "fakequant_prefill", 6, v[0], v[1], v[2], v[3]);
@@ -172,6 +172,7 @@ Test(fakequant_compile, builders_refuse_bad_specs) {
         {"fakequant_decode", 4, {2, 0, 0, 0}}, {"fakequant_decode", 4, {0, 3, 0, 0}},
         {"fakequant_decode", 4, {0, 0, -1, 0}}, {"fakequant_decode", 4, {0, 0, 0, 3}},
         {"fakequant_decode", 3, {0, 0, 0}}, {"fakequant_decode_mma", 4, {2, 0, 0, 0}},
+        {"fakequant_dense_combine", 1, {2}}, {"fakequant_dense_combine", 0, {0}},
         {"fakequant_decode_mma", 4, {0, 0, 3, 0}}, {"fakequant_decode_mma", 3, {0, 0, 0}},
         {"fakequant_decode_sm90", 4, {2, 0, 0, 0}}, {"fakequant_decode_sm90", 4, {0, 0, 0, 3}},
         {"fakequant_decode_sm90", 3, {0, 0, 0}},

@@ -52,7 +52,7 @@ static mlt_fq_case sweep[] = {
      0, 0, 1},
     {"fp16 none lens 3000/129 out fp32", 1, 0, 2, 4, {3000, 129}, 32, 32, N0, N0, N0, 0, 0, 0, 3, 1},
     /* the dense path in fp16, and a request of two of its chunks (16384 keys each: its split
-     * partials and FlashMLA's combine, then the lse fix of the empty request) */
+     * partials and the combine, which also writes the -inf lse of the empty request) */
     {"fp16 none p64 s8 lens 2100/1/64", 1, 0, 3, 8, {2100, 1, 64}, 64, 8, N0, N0, N0, 0, 0, 0, 0, 1},
     {"bf16 none lens 17000/300/0", 0, 0, 3, 8, {17000, 300, 0}, 64, 32, N0, N0, N0, 0, 0, 0, 0, 1},
     {"bf16 k fp8 H80", 0, 0, 1, 80, {150}, 16, 32, F8, N0, N0, 0, 0, 0, 0, 1},

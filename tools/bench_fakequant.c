@@ -289,6 +289,19 @@ int bench_fakequant_decode_b4(bench_ctx *ctx) {
     return fq_decode_run(ctx, &sh);
 }
 
+/* No quantization only (the dense path on sm_90a): the three shapes above, mode none. */
+int bench_fakequant_decode_none(bench_ctx *ctx) {
+    static const fq_decode_shape sh[] = {
+        {"fq-none-4k", 4096, 230.0, FQ_B, 1},
+        {"fq-none-16k", 16384, 870.0, FQ_B, 1},
+        {"fq-none-b4-16k", 16384, 0.0, 4, 1},
+    };
+    int rc = CLI_OK;
+    for (int i = 0; i < 3; i++)
+        if (fq_decode_run(ctx, &sh[i]) != CLI_OK) rc = CLI_FAIL;
+    return rc;
+}
+
 /* ---- prefill --------------------------------------------------------------------------------- */
 
 static const fq_mode fq_prefill_modes[] = {

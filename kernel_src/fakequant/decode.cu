@@ -33,10 +33,6 @@
 // V once into shared memory (fp32), then warp w runs head 8 blockIdx.y + w, lane j owning key j
 // of the tile for the scores and features lane + 32 k of the accumulator.
 // Combine grid (batch, ceil(heads / 8)), 256 threads, one warp per head.
-// The lse fix ("fakequant_decode_lse_fix", no parameters) runs after the FlashMLA-compatible dense
-// decode that mla_attention_decode uses without quantization (runtime/fakequant_decode.c): that
-// decode writes +inf as the lse of a row without keys (FlashMLA's convention), this spec -inf;
-// grid (batch), 256 threads, a programmatic dependent of the dense combine (it waits for it).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -299,22 +295,6 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const CombineParams p
         if (lane + 32 * k < p.rank) store_out<kOut>(p.out, o + lane + 32 * k, __fdiv_rn(A[k], denom));
     if (p.lse && lane == 0)
         p.lse[(long long)b * p.heads + h] = L > 0.f ? kLn2 * (M + log2f(L)) : neg_inf();
-}
-
-struct LseFixParams {
-    const int *seq_len;
-    float *lse;
-    int batch, heads;
-};
-
-// lse[b, :] = -inf for a request of length <= 0 (its out is already 0).
-__global__ void __launch_bounds__(kThreads) lse_fix_kernel(const LseFixParams p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");  // the dense decode and combine are done
-#endif
-    const int b = blockIdx.x;
-    if (b >= p.batch || p.seq_len[b] > 0) return;
-    for (int h = threadIdx.x; h < p.heads; h += kThreads) p.lse[(long long)b * p.heads + h] = neg_inf();
 }
 
 }  // namespace fakequant

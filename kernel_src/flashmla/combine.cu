@@ -1,13 +1,18 @@
 // FlashMLA-compatible split-KV combine: merges the split slots of every request that decode.cu
 // split into more than one chunk (requests of one chunk were written directly and are skipped).
 //
-// Template parameter (the spec "flashmla_combine" fixes it): kOutF16, out is fp16 (else bf16).
+// Template parameters: kOutF16, out is fp16 (else bf16) (the specs "flashmla_combine" and
+// "fakequant_dense_combine" fix it); kEmptyNegInf, the lse of a row that saw no key is -inf (the
+// fake-quant spec's, "fakequant_dense_combine": mla_attention_decode's dense path) instead of
+// FlashMLA's +inf ("flashmla_combine", false).
 //
 // Math (spec/flashmla.md §1.6): request i with n = num_splits[i + 1] - num_splits[i] > 1 chunks,
 // slots s = num_splits[i] + c, row j * h_q + h:
 //   lse = ln(sum_c exp(lse_c))           (+inf when every lse_c is -inf: the row saw no key)
 //   out[i, j, h, :] = sum_c exp(lse_c - lse) o_c      (0 for a row that saw no key)
 // The chunks are summed in chunk order, so a request's result depends on its chunks only.
+// kEmptyNegInf: a request without keys (seqlens[i] <= 0, one empty chunk, whose rows the decode
+// wrote with lse +inf) gets lse -inf for its rows here; a merged row that saw no key too.
 //
 // Buffers: o_accum [split_cap, s_q * h_q, 512] float32, lse_accum [split_cap, s_q * h_q] float32
 // (natural log), num_splits [b + 1] int32, out [b, s_q, h_q, 512] (element strides, last
@@ -68,13 +73,24 @@ __device__ __forceinline__ void store4(void *dst, float4 v) {
     }
 }
 
-template <bool kOutF16>
+// kEmptyNegInf: -inf as the lse of this CTA's rows of request req, which has no keys (the
+// decode, done before this grid reads anything, wrote them +inf).
+__device__ __forceinline__ void empty_lse_rows(const CombineParams &p, int req, long long rows) {
+    const long long row = (long long)blockIdx.y * kCombineRows + threadIdx.x;
+    if (threadIdx.x >= kCombineRows || row >= rows) return;
+    const int j = (int)(row / p.h_q), h = (int)(row % p.h_q);
+    p.lse[((long long)req * p.h_q + h) * p.s_q + j] = -inf_f32();
+}
+
+template <bool kOutF16, bool kEmptyNegInf>
 __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const CombineParams p) {
     constexpr int kR = kCombineRowsPerWarp;
     pdl::wait();  // launched as the decode's programmatic dependent
     pdl::launch_dependents();  // the next decode (itself waiting for this grid) may launch
     const int req = blockIdx.x, lane = threadIdx.x & 31;
     const int slot0 = p.num_splits[req], n = p.num_splits[req + 1] - slot0;
+    if constexpr (kEmptyNegInf)
+        if (p.seqlens[req] <= 0) return empty_lse_rows(p, req, (long long)p.s_q * p.h_q);
     if (n <= 1 || slot0 < 0 || (long long)slot0 + n > p.split_cap) return;
     const long long rows = (long long)p.s_q * p.h_q;
     const long long row0 = (long long)blockIdx.y * kCombineRows + (threadIdx.x >> 5) * kR;
@@ -116,7 +132,7 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const CombineP
         for (int k = 0; k < 4; k++) store4<kOutF16>(dst + (128 * k + 4 * lane) * 2, acc[i][k]);
         if (lane == 0)
             p.lse[((long long)req * p.h_q + h) * p.s_q + j] =
-                lse[i] == -inf_f32() ? inf_f32() : lse[i];
+                lse[i] == -inf_f32() && !kEmptyNegInf ? inf_f32() : lse[i];
     }
 }
 

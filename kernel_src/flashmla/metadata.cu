@@ -32,7 +32,12 @@
 // Buffers: seqlens [b] int32; sched [P, 8] int32 (written); num_splits [b + 1] int32 (written;
 // it holds C_i as scratch while the parts are cut). Positions are computed in 64 bits; C_i is
 // stored as int32 (sum over the batch of units + 5 per chunk must stay below 2^31).
+//
+// mla_attention_decode's dense path launches it as a programmatic dependent of the stream's
+// previous kernel (runtime/fakequant_decode.c), so it waits for that kernel before reading
+// anything; it does not release its own dependent (the decode) early (measured slower).
 
+#include "common/pdl.cuh"
 #include "flashmla/params.cuh"
 
 namespace mla {
@@ -232,6 +237,7 @@ __device__ __forceinline__ int request_chunks(const int *sched, int P, long long
 
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads) metadata_kernel(const MetadataParams p) {
+    pdl::wait();  // a programmatic dependent (header): the previous kernel is done
     const int per = (p.b + kThreads - 1) / kThreads;
     const int i0 = min(p.b, (int)threadIdx.x * per), i1 = min(p.b, i0 + per);
     int cu = p.chunk_units;

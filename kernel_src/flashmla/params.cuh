@@ -90,8 +90,9 @@ struct CombineParams {
     long long o_stride_b, o_stride_s, o_stride_h;
     float *lse;
     int b, s_q, h_q, split_cap;
+    const int *seqlens;       // [b]: read by the kEmptyNegInf combine only
 };
-static_assert(sizeof(CombineParams) == 80, "CombineParams must match the C mirror");
+static_assert(sizeof(CombineParams) == 88, "CombineParams must match the C mirror");
 
 }  // namespace flashmla
 }  // namespace mla
