@@ -109,7 +109,15 @@ mla_status mla__dsv4_output_proj_b_build(const mla__spec *spec, char *name_expr,
     return build(spec, "output_proj_b_kernel", OP_BN_B, name_expr, size, launch);
 }
 
-/* The stream kinds: params (H, G, NT), NT in {1, 2, 4, 8}. */
+static unsigned smem_stream_a(long long G, int nt) {
+    return (unsigned)stream_smem(OP_S_BN_A, nt, OP_S_KS_A, stream_stages_a(nt), OP_COLS / G / 32);
+}
+static unsigned smem_stream_b(long long H, int nt) {
+    return (unsigned)stream_smem(OP_S_BN_B, nt, stream_ks_b(nt), stream_stages_b(nt), 2 * H / 32);
+}
+
+/* The stream kinds: params (H, G, NT), NT in {1, 2, 4, 8} (b: 0 kernel A, 1 kernel B, 2 both
+ * in one launch, NT 1 or 2: the two rings share one CTA's shared memory). */
 static mla_status build_stream(const mla__spec *spec, int b, char *name_expr, size_t size,
                                mla__launch_info *launch) {
     MLA_ARG_CHECK(spec->n_params == 3 && strcmp(spec->params[0].name, "H") == 0 &&
@@ -119,18 +127,23 @@ static mla_status build_stream(const mla__spec *spec, int b, char *name_expr, si
                   spec->n_params);
     long long H = spec->params[0].value, G = spec->params[1].value, nt = spec->params[2].value;
     MLA_FORWARD_IF_ERROR(check_hg(spec->kernel, H, G));
-    MLA_ARG_CHECK(nt == 1 || nt == 2 || nt == 4 || nt == 8,
-                  "%s: expected NT (8-token tiles) in {1, 2, 4, 8}, got %lld", spec->kernel, nt);
-    int n = snprintf(name_expr, size, "mla::dsv4::%s<%lld, %lld, %lld>",
-                     b ? "output_proj_b_stream_kernel" : "output_proj_a_stream_kernel", H, G, nt);
+    if (b == 2)
+        MLA_ARG_CHECK(nt == 1 || nt == 2, "%s: expected NT (8-token tiles) 1 or 2, got %lld",
+                      spec->kernel, nt);
+    else
+        MLA_ARG_CHECK(nt == 1 || nt == 2 || nt == 4 || nt == 8,
+                      "%s: expected NT (8-token tiles) in {1, 2, 4, 8}, got %lld", spec->kernel,
+                      nt);
+    static const char *const entries[] = {"output_proj_a_stream_kernel",
+                                          "output_proj_b_stream_kernel",
+                                          "output_proj_stream_kernel"};
+    int n = snprintf(name_expr, size, "mla::dsv4::%s<%lld, %lld, %lld>", entries[b], H, G, nt);
     MLA_RETURN_ERROR_IF(n < 0 || (size_t)n >= size, MLA_ERR_INTERNAL,
                         "%s: name expression buffer of %zu bytes too small", spec->kernel, size);
     launch->threads = OP_S_THREADS;
-    launch->dynamic_smem =
-        b ? (unsigned)stream_smem(OP_S_BN_B, (int)nt, stream_ks_b((int)nt),
-                                  stream_stages_b((int)nt), 2 * H / 32)
-          : (unsigned)stream_smem(OP_S_BN_A, (int)nt, OP_S_KS_A, stream_stages_a((int)nt),
-                                  OP_COLS / G / 32);
+    launch->dynamic_smem = b == 0   ? smem_stream_a(G, (int)nt)
+                           : b == 1 ? smem_stream_b(H, (int)nt)
+                                    : smem_stream_a(G, (int)nt) + smem_stream_b(H, (int)nt);
     launch->cluster = 1;
     return MLA_OK;
 }
@@ -143,6 +156,11 @@ mla_status mla__dsv4_output_proj_a_stream_build(const mla__spec *spec, char *nam
 mla_status mla__dsv4_output_proj_b_stream_build(const mla__spec *spec, char *name_expr,
                                                 size_t size, mla__launch_info *launch) {
     return build_stream(spec, 1, name_expr, size, launch);
+}
+
+mla_status mla__dsv4_output_proj_stream_build(const mla__spec *spec, char *name_expr,
+                                              size_t size, mla__launch_info *launch) {
+    return build_stream(spec, 2, name_expr, size, launch);
 }
 
 /* ---- argument checks ------------------------------------------------------------------------- */
@@ -346,6 +364,15 @@ static mla_status get_kernel(mla_runtime *rt, const char *kind, const op_shape *
     return mla__get_kernel(rt, &spec, k);
 }
 
+/* T <= 16: kernels A and B as one launch (dsv4_output_proj_stream) when MLAJIT_DSV4_OUTPROJ is
+ * "fused" (OP_FUSED_DEFAULT: the default without it) and the grid fits the SMs at one CTA per SM
+ * (its CTAs wait for every CTA's o_lora block, so all must be resident at once). */
+#define OP_FUSED_DEFAULT 0
+static int use_fused(const mla_runtime *rt, unsigned ctas) {
+    int want = rt->dsv4_outproj == 2 || (OP_FUSED_DEFAULT && rt->dsv4_outproj != 1);
+    return want && rt->sm_count > 0 && ctas <= (unsigned)rt->sm_count;
+}
+
 /* T <= 16: the stream kernels (no split-K; the bank is zeroed first as in launch_all), each with
  * its TMA descriptors (second parameter, by value). */
 static mla_status launch_stream(mla_runtime *rt, const op_shape *sh, op_args_a *A, op_args_b *B,
@@ -360,12 +387,18 @@ static mla_status launch_stream(mla_runtime *rt, const op_shape *sh, op_args_a *
                                                OP_S_BN_B, B->o_lora_q, 2 * sh->H, sh->T,
                                                2 * sh->H, 8 * nt, B->wo_b_sf,
                                                stream_ks_b(nt) / 128));
-    MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_a_stream", sh, nt, &ka));
-    MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_b_stream", sh, nt, &kb));
     A->kslices = 1, A->slice_steps = sh->K / 128;
     B->slice_steps = 2 * sh->H / 128;
     /* One CTA per 64-row block of wo_a; they quantize the units themselves (n_qtiles unused). */
     unsigned a_items = (unsigned)(2 * sh->H / OP_S_BN_A);
+    if (use_fused(rt, a_items)) {
+        const mla__kernel *k = NULL;
+        MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_stream", sh, nt, &k));
+        void *args[] = {A, B, &ma, &mb};
+        return mla__launch_pdl(rt, k, a_items, 1, 1, stream, args);
+    }
+    MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_a_stream", sh, nt, &ka));
+    MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_b_stream", sh, nt, &kb));
     void *args_a[] = {A, &ma};
     MLA_FORWARD_IF_ERROR(mla__launch_pdl(rt, ka, a_items, 1, 1, stream, args_a));
     void *args_b[] = {B, &mb};
@@ -386,9 +419,13 @@ static mla_status launch_all(mla_runtime *rt, const op_shape *sh, op_args_a *A, 
     /* T > 16: kernel A behind a memset of the bank, not a programmatic dependent (measured in
      * request dsv4p/3: with PDL the T 64 layer's out-proj part took ~11 µs longer, not
      * separated from the other changes of that run; the T <= 16 stream path gained 3.8 µs). */
-    MLA_CU(rt, cuMemsetD8Async(A->bank, 0, MLA__DSV4_BANK_BYTES, stream));
     void *args_a[] = {A};
-    MLA_FORWARD_IF_ERROR(mla__launch(rt, ka, a_items, 1, 1, stream, args_a));
+    if (rt->dsv4_outproj == 3) {       /* MLAJIT_DSV4_OUTPROJ=pdl (comparisons) */
+        MLA_FORWARD_IF_ERROR(mla__launch_pdl(rt, ka, a_items, 1, 1, stream, args_a));
+    } else {
+        MLA_CU(rt, cuMemsetD8Async(A->bank, 0, MLA__DSV4_BANK_BYTES, stream));
+        MLA_FORWARD_IF_ERROR(mla__launch(rt, ka, a_items, 1, 1, stream, args_a));
+    }
     void *args_b[] = {B};
     return mla__launch_pdl(rt, kb, (unsigned)(sh->H / OP_BN_B), m_tiles, (unsigned)b_slices,
                            stream, args_b);

@@ -202,6 +202,15 @@ static void resolve_flashmla_sparse_sm90(mla_runtime *rt) {
     rt->flashmla_sparse_sm90 = c < 0 ? NULL : values[c];
 }
 
+/* $MLAJIT_DSV4_OUTPROJ: "split" runs mla_output_proj at T <= 16 as kernels A and B (two
+ * launches), "fused" as one launch, "pdl" launches its tiled kernel A at T > 16 as a programmatic
+ * dependent of the attention instead of behind a memset (comparisons; unset: the defaults of
+ * runtime/dsv4_output_proj.c). */
+static void resolve_dsv4_outproj(mla_runtime *rt) {
+    static const char *const values[] = {"split", "fused", "pdl"};
+    rt->dsv4_outproj = ENV_CHOICE(rt, "MLAJIT_DSV4_OUTPROJ", values) + 1;
+}
+
 /* Copies the options and resolves what they leave to the environment. */
 static mla_status apply_options(mla_runtime *rt, const mla_options *options) {
     mla_options_init(&rt->options);
@@ -230,6 +239,7 @@ static mla_status apply_options(mla_runtime *rt, const mla_options *options) {
     resolve_fakequant_decode(rt);
     resolve_flashmla_sparse_prefetch(rt);
     resolve_flashmla_sparse_sm90(rt);
+    resolve_dsv4_outproj(rt);
     return MLA_OK;
 }
 

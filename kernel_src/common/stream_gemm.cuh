@@ -300,17 +300,32 @@ struct Smem {
     }
 };
 
-// The producer warp: the copies of every (tile, K-step) in order (flat step f = tile * steps +
-// K-step, stage f % kStages), W first (the first kStages steps' W before ready()), then A.
-template <class Cfg, class TileN, class Ready>
-__device__ __forceinline__ void produce(const Operands &op, int count, TileN tile_n0,
-                                        const Smem<Cfg> &sm, Ready ready) {
-    const int lane = (int)(threadIdx.x % 32);
-    const int steps = op.k_len / Cfg::kKS, total = count * steps;
-    // Whole boxes count, their rows past T (read as zeros) included.
-    const unsigned bytes = Cfg::kWBytes + Cfg::kABytes + Cfg::kWSfBytes;
-    const long long atoms_per_block = (op.w_kb + 3) / 4;    // SfAtom: K-atoms per 128-row block
-    auto issue_w = [&](int f) {
+// The producer warp's copies of a stream GEMM (its tiles tile_n0(0..count-1), its ring), in
+// order of flat step f = tile * steps + K-step (stage f % kStages): issue_w the W rows and their
+// scales (and the stage's full barrier armed with the whole stage's bytes), issue_a the A rows;
+// lane 0 issues them. In two parts: start() issues the W of the first kStages steps (it depends
+// on nothing), finish(ready) calls ready() (every lane), issues their A, then streams every
+// later step as the consumers release stages. A kernel that streams two GEMMs through two rings
+// may start both before finishing either.
+template <class Cfg, class TileN>
+struct Producer {
+    const Operands &op;
+    TileN tile_n0;
+    const Smem<Cfg> &sm;
+    int lane, steps, total, pre;
+    unsigned bytes;
+    long long atoms_per_block;
+    __device__ __forceinline__ Producer(const Operands &op_, int count, TileN tile_n0_,
+                                        const Smem<Cfg> &sm_)
+        : op(op_), tile_n0(tile_n0_), sm(sm_) {
+        lane = (int)(threadIdx.x % 32);
+        steps = op.k_len / Cfg::kKS, total = count * steps;
+        // Whole boxes count, their rows past T (read as zeros) included.
+        bytes = Cfg::kWBytes + Cfg::kABytes + Cfg::kWSfBytes;
+        atoms_per_block = (op.w_kb + 3) / 4;                // SfAtom: K-atoms per 128-row block
+        pre = total < Cfg::kStages ? total : Cfg::kStages;
+    }
+    __device__ __forceinline__ void issue_w(int f) const {
         const int s = f % Cfg::kStages, n0 = tile_n0(f / steps);
         if (lane == 0) {
             mbarrier_arrive_expect_tx(sm.full(s), bytes);
@@ -322,8 +337,8 @@ __device__ __forceinline__ void produce(const Operands &op, int count, TileN til
             tma_2d(smem_u32(sm.wsf(s)), &op.maps->sf, 0, (int)((n0 / 128) * atoms_per_block + k / 128),
                    sm.full(s));
         }
-    };
-    auto issue_a = [&](int f) {
+    }
+    __device__ __forceinline__ void issue_a(int f) const {
         const int s = f % Cfg::kStages;
         if (lane == 0) {
             const int k = op.a_col0 + (f % steps) * Cfg::kKS;
@@ -331,18 +346,33 @@ __device__ __forceinline__ void produce(const Operands &op, int count, TileN til
                 tma_2d(smem_u32(sm.a(s) + at * Cfg::kABox), &op.maps->a, k + 128 * at, 0,
                        sm.full(s));
         }
-    };
-    const int pre = total < Cfg::kStages ? total : Cfg::kStages;
-    for (int f = 0; f < pre; ++f) issue_w(f);
-    ready();                                            // every lane (lane 0 issues the copies)
-    __syncwarp();
-    fence_proxy_async_global();
-    for (int f = 0; f < pre; ++f) issue_a(f);
-    for (int f = pre; f < total; ++f) {
-        mbarrier_wait_parity(sm.empty(f % Cfg::kStages), (unsigned)((f / Cfg::kStages - 1) & 1));
-        issue_w(f);
-        issue_a(f);
     }
+    __device__ __forceinline__ void start() const {
+        for (int f = 0; f < pre; ++f) issue_w(f);
+    }
+    template <class Ready>
+    __device__ __forceinline__ void finish(Ready ready) const {
+        ready();                                        // every lane (lane 0 issues the copies)
+        __syncwarp();
+        fence_proxy_async_global();
+        for (int f = 0; f < pre; ++f) issue_a(f);
+        for (int f = pre; f < total; ++f) {
+            mbarrier_wait_parity(sm.empty(f % Cfg::kStages),
+                                 (unsigned)((f / Cfg::kStages - 1) & 1));
+            issue_w(f);
+            issue_a(f);
+        }
+    }
+};
+
+// The producer warp: the copies of every (tile, K-step) in order, W first (the first kStages
+// steps' W before ready()), then A.
+template <class Cfg, class TileN, class Ready>
+__device__ __forceinline__ void produce(const Operands &op, int count, TileN tile_n0,
+                                        const Smem<Cfg> &sm, Ready ready) {
+    const Producer<Cfg, TileN> p(op, count, tile_n0, sm);
+    p.start();
+    p.finish(ready);
 }
 
 // 2^(b - 127) for byte `byte` (0..3) of a word of ue8m0 scales: the byte moved to the exponent
@@ -605,38 +635,36 @@ __device__ __forceinline__ void sum_k_warps(float *red, int tid) {
     }
 }
 
-// The tiles tile_n0(0), ..., tile_n0(count - 1) of this CTA (W rows n0 .. n0 + BN - 1 each,
-// the same A and K range) through one ring: the next tile's copies are in flight while the
-// current one is reduced and handed to epilogue(i, n0, D, T). count > 1 needs Cfg::kMulti. All
-// threads of the block call it (at least Cfg::kThreads; warps past the producer return at once).
-struct NoPrologue {
-    __device__ __forceinline__ void operator()() const {}
-};
+// For a kernel that runs the ring pieces itself (two rings in one CTA): the ring's barriers
+// (thread 0 of the block; a __syncthreads must follow before any use) and their invalidation
+// once every copy has landed and every wait is done (one thread); the 1024-byte aligned base of
+// a ring in dynamic shared memory.
+template <class Cfg>
+__device__ __forceinline__ void init_ring(const Smem<Cfg> &sm) {
+    for (int s = 0; s < Cfg::kStages; ++s) {
+        mbarrier_init(sm.full(s), 1);
+        mbarrier_init(sm.empty(s), Cfg::kConsumerWarps);
+    }
+}
+template <class Cfg>
+__device__ __forceinline__ void inval_ring(const Smem<Cfg> &sm) {
+    for (int s = 0; s < 2 * Cfg::kStages; ++s)
+        asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(
+                         smem_u32(sm.base + Cfg::kBarOffset + 8 * s))
+                     : "memory");
+}
+__device__ __forceinline__ unsigned char *ring_base(unsigned char *smem_in) {
+    return smem_in + ((1024u - (smem_u32(smem_in) & 1023u)) & 1023u);
+}
 
-template <class Cfg, class TileN, class Ready, class Epilogue, class Prologue = NoPrologue>
-__device__ __forceinline__ void run_tiles(const Operands &op, int count, TileN tile_n0,
-                                          unsigned char *smem_in, Ready ready, Epilogue epilogue,
-                                          Prologue prologue = Prologue()) {
-    unsigned char *smem = smem_in + ((1024u - (smem_u32(smem_in) & 1023u)) & 1023u);
-    const Smem<Cfg> sm{smem};
+// The consumers' part of run_tiles (threads tid < kConsumers, after the ring's barriers are
+// initialized and the prologue is done): ready(), the A scale table, then every tile's K loop,
+// K-part sum and epilogue(i, n0, D, T).
+template <class Cfg, class TileN, class Ready, class Epilogue>
+__device__ __forceinline__ void consume_tiles(const Operands &op, int count, TileN tile_n0,
+                                              const Smem<Cfg> &sm, Ready ready,
+                                              Epilogue epilogue) {
     const int tid = (int)threadIdx.x;
-    if (!Cfg::kMulti && count > 1) __trap();
-    if (tid == 0) {
-        for (int s = 0; s < Cfg::kStages; ++s) {
-            mbarrier_init(sm.full(s), 1);
-            mbarrier_init(sm.empty(s), Cfg::kConsumerWarps);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
-    if (tid >= Cfg::kConsumers + 32) return;            // idle warps of a larger block
-    if (tid >= Cfg::kConsumers) {                       // the producer warp
-        if (count > 0) produce<Cfg>(op, count, tile_n0, sm, ready);
-        return;
-    }
-    if (count <= 0) return;
-    // The consumers' own work before they need A (the producer streams W meanwhile).
-    prologue();
     // The A scale table: rows t < T from global (written by other CTAs or an earlier kernel,
     // after ready()), rows T..kTP-1 zero.
     if (tid == 0) ready();
@@ -650,7 +678,7 @@ __device__ __forceinline__ void run_tiles(const Operands &op, int count, TileN t
         reinterpret_cast<unsigned int *>(sm.table())[i] = v;
     }
     named_barrier_sync(1, Cfg::kConsumers);
-    float *red = reinterpret_cast<float *>(smem + Cfg::kRedOffset);
+    float *red = reinterpret_cast<float *>(sm.base + Cfg::kRedOffset);
     const int steps = op.k_len / Cfg::kKS;
     const int warp = tid / 32, lane = tid % 32;
     const int wr = warp % Cfg::kWR, wk = Cfg::kWg ? warp / 4 : warp / Cfg::kWR;
@@ -686,6 +714,41 @@ __device__ __forceinline__ void run_tiles(const Operands &op, int count, TileN t
         sum_k_warps<Cfg>(red, tid);
         epilogue(i, n0, static_cast<const float *>(red), op.T);
     }
+}
+
+// The tiles tile_n0(0), ..., tile_n0(count - 1) of this CTA (W rows n0 .. n0 + BN - 1 each,
+// the same A and K range) through one ring: the next tile's copies are in flight while the
+// current one is reduced and handed to epilogue(i, n0, D, T). count > 1 needs Cfg::kMulti. All
+// threads of the block call it (at least Cfg::kThreads; warps past the producer return at once).
+struct NoPrologue {
+    __device__ __forceinline__ void operator()() const {}
+};
+
+template <class Cfg, class TileN, class Ready, class Epilogue, class Prologue = NoPrologue>
+__device__ __forceinline__ void run_tiles(const Operands &op, int count, TileN tile_n0,
+                                          unsigned char *smem_in, Ready ready, Epilogue epilogue,
+                                          Prologue prologue = Prologue()) {
+    unsigned char *smem = smem_in + ((1024u - (smem_u32(smem_in) & 1023u)) & 1023u);
+    const Smem<Cfg> sm{smem};
+    const int tid = (int)threadIdx.x;
+    if (!Cfg::kMulti && count > 1) __trap();
+    if (tid == 0) {
+        for (int s = 0; s < Cfg::kStages; ++s) {
+            mbarrier_init(sm.full(s), 1);
+            mbarrier_init(sm.empty(s), Cfg::kConsumerWarps);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (tid >= Cfg::kConsumers + 32) return;            // idle warps of a larger block
+    if (tid >= Cfg::kConsumers) {                       // the producer warp
+        if (count > 0) produce<Cfg>(op, count, tile_n0, sm, ready);
+        return;
+    }
+    if (count <= 0) return;
+    // The consumers' own work before they need A (the producer streams W meanwhile).
+    prologue();
+    consume_tiles<Cfg>(op, count, tile_n0, sm, ready, epilogue);
     // Every copy has landed and every wait is done: the barriers' memory may be reused.
     named_barrier_sync(1, Cfg::kConsumers);
     if (tid == 0)

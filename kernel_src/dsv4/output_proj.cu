@@ -84,6 +84,9 @@ constexpr int kUnitsPerMTile = kBM * kHeads;
 // claim it while the attention (its PDL primary) still runs; the runtime no longer zeroes the bank
 // before kernel A: kernel B leaves words [0, 128) zeroed, mla_workspace_init zeroes them first.
 constexpr int kTicketWord = 16, kReadyWord0 = 32;
+// The one-launch stream kernel's (output_proj_stream_kernel): CTAs whose o_lora block is stored,
+// and CTAs done (the last one zeroes words [0, 128)).
+constexpr int kOLoraWord = 17, kExitWord = 18;
 constexpr int kSplitWord0 = 128;   // split-K tile counters: words [128, 128 + n-tiles), one m-tile
 
 // wo_a: 64 x 64 tiles, 2 x 2 warps of 32 x 32 (a warp's 32 columns are one o_lora scale group).
@@ -471,6 +474,13 @@ __device__ __forceinline__ void store_o_lora_stream(const ArgsA &a, const float 
     }
 }
 
+// The one-launch kernel's o_lora ready count: kernel B's part waits until every CTA (gridDim.x
+// of them, all resident: the runtime launches it only when the grid fits the SMs at one CTA per
+// SM) has stored its o_lora block.
+__device__ __forceinline__ void wait_o_lora(const unsigned int *bank) {
+    while (pdl::load_acquire(bank + kOLoraWord) < gridDim.x) __nanosleep(32);
+}
+
 }  // namespace oproj
 
 // ---- the entry points (the names the kind builders compile) ----------------------------------
@@ -569,6 +579,108 @@ __global__ void __launch_bounds__(oproj::StreamCfgB<kH, kNT>::kThreads)
             b.out[(long long)t * kH + n0 + r] = __float2bfloat16_rn(D[r * Cfg::kDPitch + t]);
         }
     });
+}
+
+}  // namespace dsv4
+}  // namespace mla
+
+namespace mla {
+namespace dsv4 {
+
+// Kernels A and B for T <= 16 as one launch (kNT = ceil(T / 8)), a programmatic dependent of the
+// attention: CTA i streams the 64-row block i of wo_a (kernel A's CTA i) and then the 32-row
+// block i of wo_b (kernel B's CTA i; 2 kH / 64 == kH / 32 CTAs), each through its own ring in
+// one CTA's shared memory (StreamCfgA's, then StreamCfgB's). The producer warp first issues the
+// W copies of both rings' first stages (neither depends on anything), then finishes the wo_a
+// stream (its act_q copies after every unit is quantized, wait_units), then the wo_b stream (its
+// o_lora_q copies once every CTA has stored its o_lora block, wait_o_lora). The consumer warps
+// wait for the attention (griddepcontrol.wait), quantize their share of the units
+// (quantize_share), run the wo_a block with the o_lora epilogue, count the CTA on bank word 17,
+// then run the wo_b block into out. The last CTA out (word 18) zeroes bank words [0, 128).
+// The wait on word 17 needs every CTA resident at once: the runtime launches this kernel only
+// when 2 kH / 64 <= the SM count (one CTA per SM: the two rings take ~215 KB), else the two
+// kernels above. maps_a: W = wo_a, A = act_q, sf = wo_a_sf; maps_b: W = wo_b, A = o_lora_q,
+// sf = wo_b_sf. Results are bit-identical to the two kernels'.
+template <int kH, int kG, int kNT>
+__global__ void __launch_bounds__(oproj::StreamCfgA<kH, kG, kNT>::kThreads)
+    output_proj_stream_kernel(const oproj::ArgsA a, const oproj::ArgsB b,
+                              const __grid_constant__ sgemm::Maps maps_a,
+                              const __grid_constant__ sgemm::Maps maps_b) {
+    using namespace oproj;
+    using S = Shape<kH, kG>;
+    using CA = StreamCfgA<kH, kG, kNT>;
+    using CB = StreamCfgB<kH, kNT>;
+    static_assert(CA::kThreads == CB::kThreads && CA::kConsumers == CB::kConsumers,
+                  "one block for both GEMMs");
+    static_assert(2 * kH / CA::kBN == kH / CB::kBN, "one wo_a block and one wo_b block per CTA");
+    extern __shared__ __align__(128) unsigned char smem[];
+    require_smem<CA::kSmemBytes + CB::kSmemBytes>();
+    pdl::launch_dependents();
+    const sgemm::Smem<CA> sma{sgemm::ring_base(smem)};
+    const sgemm::Smem<CB> smb{sgemm::ring_base(smem + CA::kSmemBytes)};
+    const int na = (int)blockIdx.x * CA::kBN, g = na / S::kR, nb = (int)blockIdx.x * CB::kBN;
+    sgemm::Operands oa;
+    oa.a = a.act_q + (long long)g * S::kK;
+    oa.a_sf = a.act_sf + (long long)g * S::kK / 32;
+    oa.lda = kOCols, oa.lda_sf = kOCols / 32;
+    oa.w = a.wo_a, oa.w_sf = a.wo_a_sf, oa.ldw = S::kK, oa.w_kb = S::kK / 32;
+    oa.w_k0 = 0, oa.k_len = S::kK, oa.T = (int)a.T;
+    oa.a_col0 = g * S::kK, oa.maps = &maps_a;
+    sgemm::Operands ob;
+    ob.a = b.o_lora_q, ob.a_sf = b.o_lora_sf, ob.lda = 2 * kH, ob.lda_sf = 2 * kH / 32;
+    ob.w = b.wo_b, ob.w_sf = b.wo_b_sf, ob.ldw = 2 * kH, ob.w_kb = 2 * kH / 32;
+    ob.w_k0 = 0, ob.k_len = 2 * kH, ob.T = (int)b.T;
+    ob.a_col0 = 0, ob.maps = &maps_b;
+    const auto tile_a = [na](int) { return na; };
+    const auto tile_b = [nb](int) { return nb; };
+    const int tid = (int)threadIdx.x;
+    if (tid == 0) {
+        sgemm::init_ring<CA>(sma);
+        sgemm::init_ring<CB>(smb);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (tid >= CA::kConsumers + 32) return;
+    if (tid >= CA::kConsumers) {                        // the producer warp
+        const sgemm::Producer<CA, decltype(tile_a)> pa(oa, 1, tile_a, sma);
+        const sgemm::Producer<CB, decltype(tile_b)> pb(ob, 1, tile_b, smb);
+        pa.start();
+        pb.start();
+        pa.finish([&] { wait_units(a); });
+        pb.finish([&] { wait_o_lora(b.bank); });
+        return;
+    }
+    pdl::wait();                       // the previous kernel (mla_attention) complete and visible
+    quantize_share<CA>(a);
+    sgemm::consume_tiles<CA>(oa, 1, tile_a, sma, [&] { wait_units(a); },
+                             [&](int, int, const float *D, int) {
+                                 store_o_lora_stream<CA>(a, D, na, S::kN);
+                             });
+    named_barrier_sync(1, CA::kConsumers);              // every o_lora store of the CTA issued
+    if (tid == 0) {
+        __threadfence();
+        atomicAdd(b.bank + kOLoraWord, 1u);
+    }
+    sgemm::consume_tiles<CB>(ob, 1, tile_b, smb, [&] { wait_o_lora(b.bank); },
+                             [&](int, int, const float *D, int T) {
+                                 for (int i = tid; i < T * CB::kBN; i += CB::kConsumers) {
+                                     const int t = i / CB::kBN, r = i % CB::kBN;
+                                     b.out[(long long)t * kH + nb + r] =
+                                         __float2bfloat16_rn(D[r * CB::kDPitch + t]);
+                                 }
+                             });
+    // Every copy has landed and every wait is done (the producer's too: the consumers waited for
+    // every stage it filled after its last bank read).
+    named_barrier_sync(1, CA::kConsumers);
+    if (tid == 0) {
+        sgemm::inval_ring<CA>(sma);
+        sgemm::inval_ring<CB>(smb);
+        __threadfence();
+        if (atomicAdd(b.bank + kExitWord, 1u) == gridDim.x - 1) {
+            __threadfence();
+            for (long long i = 0; i < b.bank_words; ++i) b.bank[i] = 0u;
+        }
+    }
 }
 
 }  // namespace dsv4
