@@ -300,7 +300,7 @@ typedef struct op_args_a {
 /* Kernel B's (oproj::ArgsB). */
 typedef struct op_args_b {
     CUdeviceptr o_lora_q, o_lora_sf, wo_b, wo_b_sf, out, bank, part;
-    long long T, bank_words, slice_steps;
+    long long T, bank_words, slice_steps, pf_steps;
 } op_args_b;
 
 /* Units (token, head) per quantize item: about OP_QUANT_WAVES items per SM, whole warps. */
@@ -365,11 +365,14 @@ static mla_status get_kernel(mla_runtime *rt, const char *kind, const op_shape *
 }
 
 /* T <= 16: kernels A and B as one launch (dsv4_output_proj_stream) when MLAJIT_DSV4_OUTPROJ is
- * "fused" (OP_FUSED_DEFAULT: the default without it) and the grid fits the SMs at one CTA per SM
- * (its CTAs wait for every CTA's o_lora block, so all must be resident at once). */
+ * "fused" or "fused-nopf" (without the L2 prefetch of wo_b; OP_FUSED_DEFAULT: the default
+ * without it) and the grid fits the SMs at one CTA per SM (its CTAs wait for every CTA's o_lora
+ * block, so all must be resident at once). */
 #define OP_FUSED_DEFAULT 0
+#define OP_FUSED_PF_STEPS 6 /* wo_b K-steps (16 KB of W each) prefetched to L2 at the switch */
 static int use_fused(const mla_runtime *rt, unsigned ctas) {
-    int want = rt->dsv4_outproj == 2 || (OP_FUSED_DEFAULT && rt->dsv4_outproj != 1);
+    int want = rt->dsv4_outproj == 2 || rt->dsv4_outproj == 4 ||
+               (OP_FUSED_DEFAULT && rt->dsv4_outproj != 1);
     return want && rt->sm_count > 0 && ctas <= (unsigned)rt->sm_count;
 }
 
@@ -394,6 +397,8 @@ static mla_status launch_stream(mla_runtime *rt, const op_shape *sh, op_args_a *
     if (use_fused(rt, a_items)) {
         const mla__kernel *k = NULL;
         MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_stream", sh, nt, &k));
+        B->pf_steps = rt->dsv4_outproj == 4 ? 0 : OP_FUSED_PF_STEPS;
+        mla__log(rt, MLA_LOG_DEBUG, "mla_output_proj: T %d, kernels A and B in one launch", sh->T);
         void *args[] = {A, B, &ma, &mb};
         return mla__launch_pdl(rt, k, a_items, 1, 1, stream, args);
     }

@@ -203,11 +203,11 @@ static void resolve_flashmla_sparse_sm90(mla_runtime *rt) {
 }
 
 /* $MLAJIT_DSV4_OUTPROJ: "split" runs mla_output_proj at T <= 16 as kernels A and B (two
- * launches), "fused" as one launch, "pdl" launches its tiled kernel A at T > 16 as a programmatic
+ * launches), "fused" as one launch ("fused-nopf": without its L2 prefetch), "pdl" launches its tiled kernel A at T > 16 as a programmatic
  * dependent of the attention instead of behind a memset (comparisons; unset: the defaults of
  * runtime/dsv4_output_proj.c). */
 static void resolve_dsv4_outproj(mla_runtime *rt) {
-    static const char *const values[] = {"split", "fused", "pdl"};
+    static const char *const values[] = {"split", "fused", "pdl", "fused-nopf"};
     rt->dsv4_outproj = ENV_CHOICE(rt, "MLAJIT_DSV4_OUTPROJ", values) + 1;
 }
 

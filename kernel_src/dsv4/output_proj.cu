@@ -125,6 +125,7 @@ struct ArgsB {
     unsigned int *bank;
     float *part;                 // split-K partials fp32 [gridDim.z][T][kH] (gridDim.z > 1 only)
     long long T, bank_words, slice_steps;
+    long long pf_steps;          // output_proj_stream_kernel: wo_b K-steps prefetched to L2
 };
 
 template <int kH, int kG>
@@ -593,7 +594,8 @@ namespace dsv4 {
 // one CTA's shared memory (StreamCfgA's, then StreamCfgB's). The producer warp first issues the
 // W copies of both rings' first stages (neither depends on anything), then finishes the wo_a
 // stream (its act_q copies after every unit is quantized, wait_units), then the wo_b stream (its
-// o_lora_q copies once every CTA has stored its o_lora block, wait_o_lora). The consumer warps
+// o_lora_q copies once every CTA has stored its o_lora block, wait_o_lora; before that wait it
+// asks L2 for the next b.pf_steps wo_b steps, so that DRAM keeps streaming). The consumer warps
 // wait for the attention (griddepcontrol.wait), quantize their share of the units
 // (quantize_share), run the wo_a block with the o_lora epilogue, count the CTA on bank word 17,
 // then run the wo_b block into out. The last CTA out (word 18) zeroes bank words [0, 128).
@@ -647,6 +649,9 @@ __global__ void __launch_bounds__(oproj::StreamCfgA<kH, kG, kNT>::kThreads)
         pa.start();
         pb.start();
         pa.finish([&] { wait_units(a); });
+        // The wo_b steps after its ring's into L2 while the ring waits for o_lora, so that DRAM
+        // keeps streaming through the switch from wo_a to wo_b.
+        pb.prefetch_w((int)b.pf_steps);
         pb.finish([&] { wait_o_lora(b.bank); });
         return;
     }
