@@ -300,7 +300,7 @@ typedef struct op_args_a {
 /* Kernel B's (oproj::ArgsB). */
 typedef struct op_args_b {
     CUdeviceptr o_lora_q, o_lora_sf, wo_b, wo_b_sf, out, bank, part;
-    long long T, bank_words, slice_steps, pf_steps;
+    long long T, bank_words, slice_steps, pf_a_steps, pf_b_steps;
 } op_args_b;
 
 /* Units (token, head) per quantize item: about OP_QUANT_WAVES items per SM, whole warps. */
@@ -365,13 +365,15 @@ static mla_status get_kernel(mla_runtime *rt, const char *kind, const op_shape *
 }
 
 /* T <= 16: kernels A and B as one launch (dsv4_output_proj_stream) when MLAJIT_DSV4_OUTPROJ is
- * "fused" or "fused-nopf" (without the L2 prefetch of wo_b; OP_FUSED_DEFAULT: the default
- * without it) and the grid fits the SMs at one CTA per SM (its CTAs wait for every CTA's o_lora
+ * "fused", "fused-pfb" or "fused-nopf" (OP_FUSED_DEFAULT: the default without it) and the grid fits the SMs at one CTA per SM (its CTAs wait for every CTA's o_lora
  * block, so all must be resident at once). */
 #define OP_FUSED_DEFAULT 0
-#define OP_FUSED_PF_STEPS 6 /* wo_b K-steps (16 KB of W each) prefetched to L2 at the switch */
+/* Its L2 prefetches, in K-steps after each ring's (clamped to the block's): of wo_a at the start,
+ * of wo_b once wo_a is issued. "fused": every step of both blocks; "fused-pfb": 6 wo_b steps
+ * (request dsv4o/1's "fused"); "fused-nopf": none. */
+#define OP_PF_ALL (1 << 20)
 static int use_fused(const mla_runtime *rt, unsigned ctas) {
-    int want = rt->dsv4_outproj == 2 || rt->dsv4_outproj == 4 ||
+    int want = rt->dsv4_outproj == 2 || rt->dsv4_outproj >= 4 ||
                (OP_FUSED_DEFAULT && rt->dsv4_outproj != 1);
     return want && rt->sm_count > 0 && ctas <= (unsigned)rt->sm_count;
 }
@@ -397,7 +399,8 @@ static mla_status launch_stream(mla_runtime *rt, const op_shape *sh, op_args_a *
     if (use_fused(rt, a_items)) {
         const mla__kernel *k = NULL;
         MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_stream", sh, nt, &k));
-        B->pf_steps = rt->dsv4_outproj == 4 ? 0 : OP_FUSED_PF_STEPS;
+        B->pf_a_steps = rt->dsv4_outproj == 4 || rt->dsv4_outproj == 5 ? 0 : OP_PF_ALL;
+        B->pf_b_steps = rt->dsv4_outproj == 4 ? 0 : (rt->dsv4_outproj == 5 ? 6 : OP_PF_ALL);
         mla__log(rt, MLA_LOG_DEBUG, "mla_output_proj: T %d, kernels A and B in one launch", sh->T);
         void *args[] = {A, B, &ma, &mb};
         return mla__launch_pdl(rt, k, a_items, 1, 1, stream, args);
@@ -425,7 +428,7 @@ static mla_status launch_all(mla_runtime *rt, const op_shape *sh, op_args_a *A, 
      * request dsv4p/3: with PDL the T 64 layer's out-proj part took ~11 µs longer, not
      * separated from the other changes of that run; the T <= 16 stream path gained 3.8 µs). */
     void *args_a[] = {A};
-    if (rt->dsv4_outproj == 3) {       /* MLAJIT_DSV4_OUTPROJ=pdl (comparisons) */
+    if (rt->dsv4_outproj == 3 || rt->dsv4_outproj == 6) {  /* "pdl", "fused,pdl" */
         MLA_FORWARD_IF_ERROR(mla__launch_pdl(rt, ka, a_items, 1, 1, stream, args_a));
     } else {
         MLA_CU(rt, cuMemsetD8Async(A->bank, 0, MLA__DSV4_BANK_BYTES, stream));

@@ -125,7 +125,9 @@ struct ArgsB {
     unsigned int *bank;
     float *part;                 // split-K partials fp32 [gridDim.z][T][kH] (gridDim.z > 1 only)
     long long T, bank_words, slice_steps;
-    long long pf_steps;          // output_proj_stream_kernel: wo_b K-steps prefetched to L2
+    // output_proj_stream_kernel: K-steps after each ring's first prefetched to L2, of wo_a at
+    // the start (while the attention's last CTAs run), of wo_b once wo_a is fully issued
+    long long pf_a_steps, pf_b_steps;
 };
 
 template <int kH, int kG>
@@ -594,8 +596,9 @@ namespace dsv4 {
 // one CTA's shared memory (StreamCfgA's, then StreamCfgB's). The producer warp first issues the
 // W copies of both rings' first stages (neither depends on anything), then finishes the wo_a
 // stream (its act_q copies after every unit is quantized, wait_units), then the wo_b stream (its
-// o_lora_q copies once every CTA has stored its o_lora block, wait_o_lora; before that wait it
-// asks L2 for the next b.pf_steps wo_b steps, so that DRAM keeps streaming). The consumer warps
+// o_lora_q copies once every CTA has stored its o_lora block, wait_o_lora); it asks L2 for
+// b.pf_a_steps more wo_a steps at the start and b.pf_b_steps more wo_b steps once wo_a is issued
+// (TMA prefetches: nothing waits for them). The consumer warps
 // wait for the attention (griddepcontrol.wait), quantize their share of the units
 // (quantize_share), run the wo_a block with the o_lora epilogue, count the CTA on bank word 17,
 // then run the wo_b block into out. The last CTA out (word 18) zeroes bank words [0, 128).
@@ -648,10 +651,12 @@ __global__ void __launch_bounds__(oproj::StreamCfgA<kH, kG, kNT>::kThreads)
         const sgemm::Producer<CB, decltype(tile_b)> pb(ob, 1, tile_b, smb);
         pa.start();
         pb.start();
+        // The wo_a steps after its ring's into L2 while the consumers wait for the attention and
+        // the quantized units; the wo_b steps after its ring's once wo_a is issued (so that DRAM
+        // keeps streaming through the switch from wo_a to wo_b).
+        pa.prefetch_w((int)b.pf_a_steps);
         pa.finish([&] { wait_units(a); });
-        // The wo_b steps after its ring's into L2 while the ring waits for o_lora, so that DRAM
-        // keeps streaming through the switch from wo_a to wo_b.
-        pb.prefetch_w((int)b.pf_steps);
+        pb.prefetch_w((int)b.pf_b_steps);
         pb.finish([&] { wait_o_lora(b.bank); });
         return;
     }
