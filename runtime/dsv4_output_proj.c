@@ -55,7 +55,7 @@ static long long stream_smem(int bn, int nt, int ks, int stages, long long sf_ro
 }
 static int stream_stages_a(int nt) { return nt <= 2 ? 5 : 3; }
 static int stream_ks_b(int nt) { return nt <= 2 ? 512 : 256; }
-static int stream_stages_b(int nt) { return nt == 1 ? 5 : 4; }
+static int stream_stages_b(int nt) { return nt == 1 ? 5 : (nt == 2 ? 4 : 3); }
 static int stream_nt(int T) { return T <= 8 ? 1 : (T <= 16 ? 2 : (T <= 32 ? 4 : 8)); }
 
 /* ---- kind builders --------------------------------------------------------------------------- */
@@ -373,13 +373,25 @@ static mla_status get_kernel(mla_runtime *rt, const char *kind, const op_shape *
  * (request dsv4o/1's "fused"); "fused-nopf": none. */
 #define OP_PF_ALL (1 << 20)
 static int use_fused(const mla_runtime *rt, unsigned ctas) {
-    int want = rt->dsv4_outproj == 2 || rt->dsv4_outproj >= 4 ||
-               (OP_FUSED_DEFAULT && rt->dsv4_outproj != 1);
+    int v = rt->dsv4_outproj;
+    int want = v == 2 || v == 4 || v == 5 || v == 6 || v == 8 || (OP_FUSED_DEFAULT && v != 1);
     return want && rt->sm_count > 0 && ctas <= (unsigned)rt->sm_count;
 }
 
-/* T <= 16: the stream kernels (no split-K; the bank is zeroed first as in launch_all), each with
- * its TMA descriptors (second parameter, by value). */
+/* 16 < T <= 64 on the stream kernels with OP_S_SLICES K slices per W block (partials and the
+ * last slice's sum in the kernels) when MLAJIT_DSV4_OUTPROJ is "stream64" or "fused,stream64"
+ * (OP_STREAM64_DEFAULT: the default without it); else the tiled kernels. */
+#define OP_STREAM64_DEFAULT 0
+#define OP_S_SLICES 2
+static int use_stream64(const mla_runtime *rt, int T) {
+    int v = rt->dsv4_outproj;
+    int want = v == 7 || v == 8 || (OP_STREAM64_DEFAULT && v != 3 && v != 6);
+    return T > OP_S_TOKENS && T <= OP_BM && want;
+}
+
+/* The stream kernels (T <= 16: no split-K; 16 < T <= 64: grid y = K slices), each with its TMA
+ * descriptors (second parameter, by value), both programmatic dependents (the bank needs no
+ * memset: kernel B leaves words [0, 128) zeroed and the split counters reset themselves). */
 static mla_status launch_stream(mla_runtime *rt, const op_shape *sh, op_args_a *A, op_args_b *B,
                                 CUstream stream) {
     const mla__kernel *ka = NULL, *kb = NULL;
@@ -392,11 +404,14 @@ static mla_status launch_stream(mla_runtime *rt, const op_shape *sh, op_args_a *
                                                OP_S_BN_B, B->o_lora_q, 2 * sh->H, sh->T,
                                                2 * sh->H, 8 * nt, B->wo_b_sf,
                                                stream_ks_b(nt) / 128));
-    A->kslices = 1, A->slice_steps = sh->K / 128;
-    B->slice_steps = 2 * sh->H / 128;
-    /* One CTA per 64-row block of wo_a; they quantize the units themselves (n_qtiles unused). */
+    /* One slice (all K) at T <= 16, else OP_S_SLICES (whole stages: K-steps of 256 columns). */
+    int slices = sh->T <= OP_S_TOKENS ? 1 : OP_S_SLICES;
+    A->kslices = slices, A->slice_steps = sh->K / 128 / slices;
+    B->slice_steps = 2 * sh->H / 128 / slices;
+    /* One CTA per 64-row block of wo_a (and slice); they quantize the units themselves
+     * (n_qtiles unused). */
     unsigned a_items = (unsigned)(2 * sh->H / OP_S_BN_A);
-    if (use_fused(rt, a_items)) {
+    if (slices == 1 && use_fused(rt, a_items)) {
         const mla__kernel *k = NULL;
         MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_stream", sh, nt, &k));
         B->pf_a_steps = rt->dsv4_outproj == 4 || rt->dsv4_outproj == 5 ? 0 : OP_PF_ALL;
@@ -408,15 +423,17 @@ static mla_status launch_stream(mla_runtime *rt, const op_shape *sh, op_args_a *
     MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_a_stream", sh, nt, &ka));
     MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_b_stream", sh, nt, &kb));
     void *args_a[] = {A, &ma};
-    MLA_FORWARD_IF_ERROR(mla__launch_pdl(rt, ka, a_items, 1, 1, stream, args_a));
+    MLA_FORWARD_IF_ERROR(mla__launch_pdl(rt, ka, a_items, (unsigned)slices, 1, stream, args_a));
     void *args_b[] = {B, &mb};
-    return mla__launch_pdl(rt, kb, (unsigned)(sh->H / OP_S_BN_B), 1, 1, stream, args_b);
+    return mla__launch_pdl(rt, kb, (unsigned)(sh->H / OP_S_BN_B), (unsigned)slices, 1, stream,
+                           args_b);
 }
 
 static mla_status launch_all(mla_runtime *rt, const op_shape *sh, op_args_a *A, op_args_b *B,
                              CUstream stream) {
     const mla__kernel *ka = NULL, *kb = NULL;
-    if (sh->T <= OP_S_TOKENS) return launch_stream(rt, sh, A, B, stream);
+    if (sh->T <= OP_S_TOKENS || use_stream64(rt, sh->T))
+        return launch_stream(rt, sh, A, B, stream);
     MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_a", sh, 0, &ka));
     MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_b", sh, 0, &kb));
     unsigned m_tiles = (unsigned)((sh->T + OP_BM - 1) / OP_BM);

@@ -324,7 +324,8 @@ struct mla_runtime {
                                       3 "pdl" (T > 16: kernel A a programmatic dependent),
                                       4 "fused-nopf" (one launch, no L2 prefetch),
                                       5 "fused-pfb" (one launch, 6 wo_b steps prefetched),
-                                      6 "fused,pdl" (2 and 3) */
+                                      6 "fused,pdl" (2 and 3), 7 "stream64" (16 < T <= 64
+                                      on the stream kernels), 8 "fused,stream64" (2 and 7) */
     const char *flashmla_sparse_sm90; /* $MLAJIT_FLASHMLA_SPARSE_SM90 at create: "pingpong", "ws",
                                       "x2" or "x2c" (the sm_90a sparse kernels of one structure,
                                       for comparisons), or NULL (the defaults) */

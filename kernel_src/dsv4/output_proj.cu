@@ -406,7 +406,7 @@ constexpr int stream_stages_a() { return kNT <= 2 ? 5 : 3; }
 template <int kNT>
 constexpr int stream_ks_b() { return kNT <= 2 ? 512 : 256; }
 template <int kNT>
-constexpr int stream_stages_b() { return kNT == 1 ? 5 : 4; }
+constexpr int stream_stages_b() { return kNT == 1 ? 5 : (kNT == 2 ? 4 : 3); }
 template <int kH, int kG, int kNT>
 using StreamCfgA = sgemm::Config<kStreamBnA, kNT, 256, stream_stages_a<kNT>(), kNT >= 4 ? 4 : 1,
                                  Shape<kH, kG>::kK / 32>;
@@ -440,6 +440,42 @@ __device__ __forceinline__ void quantize_share(const ArgsA &a) {
         __threadfence();
         atomicAdd(a.bank + kReadyWord0, done);
     }
+}
+
+// The K-split stream GEMMs (16 < T <= 64: gridDim.y slices of each W block): the CTA's fp32
+// partial D (rows < kBN, tokens < T, D[r * kDPitch + t]) to part[slice][t][n0 + r] (row stride N),
+// then the slice handshake on counter (as gemm::splitk_arrive, with named barrier 1 of the
+// consumers instead of __syncthreads: the producer warp has left). In the CTA that arrives last
+// (returns true in all its consumer threads) D is overwritten with the sum of every slice's
+// partial in slice order 0, 1, ... (deterministic whichever CTA is last), read with ld.global.cg.
+template <class Cfg>
+__device__ __forceinline__ bool stream_split_reduce(float *D, int T, float *part, int n0,
+                                                    long long N, unsigned int *counter) {
+    const int tid = (int)threadIdx.x, slice = (int)blockIdx.y, slices = (int)gridDim.y;
+    const long long slice_stride = (long long)T * N;
+    for (int i = tid; i < T * Cfg::kBN; i += Cfg::kConsumers) {
+        const int t = i / Cfg::kBN, r = i % Cfg::kBN;
+        part[slice * slice_stride + t * N + n0 + r] = D[r * Cfg::kDPitch + t];
+    }
+    __shared__ unsigned int last;
+    __threadfence();                                  // this thread's partial stores, gpu scope
+    named_barrier_sync(1, Cfg::kConsumers);
+    if (tid == 0) {
+        last = mla::atom_add_acq_rel_gpu(counter, 1u) == (unsigned int)slices - 1u;
+        if (last) *counter = 0u;                      // every slice has arrived
+    }
+    named_barrier_sync(1, Cfg::kConsumers);
+    if (!last) return false;
+    __threadfence();
+    for (int i = tid; i < T * Cfg::kBN; i += Cfg::kConsumers) {
+        const int t = i / Cfg::kBN, r = i % Cfg::kBN;
+        const float *src = part + t * N + n0 + r;
+        float sum = __ldcg(src);
+        for (int j = 1; j < slices; ++j) sum += __ldcg(src + j * slice_stride);
+        D[r * Cfg::kDPitch + t] = sum;
+    }
+    named_barrier_sync(1, Cfg::kConsumers);
+    return true;
 }
 
 // Spins (one thread) until the quantize items have counted every unit of the T tokens.
@@ -542,16 +578,23 @@ __global__ void __launch_bounds__(oproj::StreamCfgA<kH, kG, kNT>::kThreads)
     require_smem<Cfg::kSmemBytes>();
     pdl::launch_dependents();
     const int n0 = (int)blockIdx.x * Cfg::kBN, g = n0 / S::kR;
+    const KRange kr = slice_range(blockIdx.y, a.slice_steps, S::kK);   // all K with one slice
     sgemm::Operands op;
-    op.a = a.act_q + (long long)g * S::kK;
-    op.a_sf = a.act_sf + (long long)g * S::kK / 32;
+    op.a = a.act_q + (long long)g * S::kK + kr.k0;
+    op.a_sf = a.act_sf + ((long long)g * S::kK + kr.k0) / 32;
     op.lda = kOCols, op.lda_sf = kOCols / 32;
     op.w = a.wo_a, op.w_sf = a.wo_a_sf, op.ldw = S::kK, op.w_kb = S::kK / 32;
-    op.w_k0 = 0, op.k_len = S::kK, op.T = (int)a.T;
-    op.a_col0 = g * S::kK, op.maps = &maps;
+    op.w_k0 = kr.k0, op.k_len = kr.len, op.T = (int)a.T;
+    op.a_col0 = g * S::kK + kr.k0, op.maps = &maps;
     sgemm::run<Cfg>(
         op, n0, smem, [&] { wait_units(a); },
-        [&](const float *D, int) { store_o_lora_stream<Cfg>(a, D, n0, S::kN); },
+        [&](const float *D, int T) {
+            if (gridDim.y > 1 &&
+                !stream_split_reduce<Cfg>(const_cast<float *>(D), T, a.part, n0, S::kN,
+                                          a.bank + kSplitWord0 + blockIdx.x))
+                return;
+            store_o_lora_stream<Cfg>(a, D, n0, S::kN);
+        },
         [&] {
             pdl::wait();   // the previous kernel (mla_attention) complete and visible
             quantize_share<Cfg>(a);
@@ -569,14 +612,20 @@ __global__ void __launch_bounds__(oproj::StreamCfgB<kH, kNT>::kThreads)
     extern __shared__ __align__(128) unsigned char smem[];
     require_smem<Cfg::kSmemBytes>();
     const int n0 = (int)blockIdx.x * Cfg::kBN;
+    const KRange kr = slice_range(blockIdx.y, b.slice_steps, 2 * kH);  // all K with one slice
     sgemm::Operands op;
-    op.a = b.o_lora_q, op.a_sf = b.o_lora_sf, op.lda = 2 * kH, op.lda_sf = 2 * kH / 32;
+    op.a = b.o_lora_q + kr.k0, op.a_sf = b.o_lora_sf + kr.k0 / 32;
+    op.lda = 2 * kH, op.lda_sf = 2 * kH / 32;
     op.w = b.wo_b, op.w_sf = b.wo_b_sf, op.ldw = 2 * kH, op.w_kb = 2 * kH / 32;
-    op.w_k0 = 0, op.k_len = 2 * kH, op.T = (int)b.T;
-    op.a_col0 = 0, op.maps = &maps;
+    op.w_k0 = kr.k0, op.k_len = kr.len, op.T = (int)b.T;
+    op.a_col0 = kr.k0, op.maps = &maps;
     sgemm::run<Cfg>(op, n0, smem, [] { pdl::wait(); }, [&](const float *D, int T) {
-        if (blockIdx.x == 0)                      // after the wait: kernel A is complete
+        if (blockIdx.x == 0 && blockIdx.y == 0)   // after the wait: kernel A is complete
             for (long long i = threadIdx.x; i < b.bank_words; i += Cfg::kConsumers) b.bank[i] = 0u;
+        if (gridDim.y > 1 &&
+            !stream_split_reduce<Cfg>(const_cast<float *>(D), T, b.part, n0, kH,
+                                      b.bank + kSplitWord0 + blockIdx.x))
+            return;
         for (int i = (int)threadIdx.x; i < T * Cfg::kBN; i += Cfg::kConsumers) {
             const int t = i / Cfg::kBN, r = i % Cfg::kBN;
             b.out[(long long)t * kH + n0 + r] = __float2bfloat16_rn(D[r * Cfg::kDPitch + t]);
