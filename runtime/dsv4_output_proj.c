@@ -380,12 +380,13 @@ static int use_fused(const mla_runtime *rt, unsigned ctas) {
 
 /* 16 < T <= 64 on the stream kernels with OP_S_SLICES K slices per W block (partials and the
  * last slice's sum in the kernels) when MLAJIT_DSV4_OUTPROJ is "stream64" or "fused,stream64"
- * (OP_STREAM64_DEFAULT: the default without it); else the tiled kernels. */
+ * (OP_STREAM64_DEFAULT: the default unless it is "split", "pdl" or "fused,pdl"); else the tiled
+ * kernels. */
 #define OP_STREAM64_DEFAULT 0
 #define OP_S_SLICES 2
 static int use_stream64(const mla_runtime *rt, int T) {
     int v = rt->dsv4_outproj;
-    int want = v == 7 || v == 8 || (OP_STREAM64_DEFAULT && v != 3 && v != 6);
+    int want = v == 7 || v == 8 || (OP_STREAM64_DEFAULT && v != 1 && v != 3 && v != 6);
     return T > OP_S_TOKENS && T <= OP_BM && want;
 }
 
