@@ -1,18 +1,18 @@
-/* DSV4 mla_output_proj: argument checks, the two kind builders ("dsv4_output_proj_a" and
- * "dsv4_output_proj_b", params H and G) and the launches (kernel_src/dsv4/output_proj.cu).
+/* DSV4 mla_output_proj: argument checks, the kind builders ("dsv4_output_proj_a" / "_b", the
+ * tiled kernels, params H and G; "dsv4_output_proj_a_stream" / "_b_stream" and the one-launch
+ * "dsv4_output_proj_stream", params H, G, NT) and the launches (kernel_src/dsv4/output_proj.cu).
  *
- * One call puts two kernels on the stream (T > 16: after a cuMemsetD8Async of the bank, and
- * kernel A launched plainly), graph-capturable, both PDL-chained (programmatic stream
- * serialization) at T <= 16:
- *   1. kernel A: combine + inverse RoPE + group-32 quant of O, then the grouped wo_a GEMM with
- *      mxq(o_lora) in its epilogue. Its CTAs may start while the previous kernel (mla_attention)
- *      finishes: at T <= 16 its stream CTAs start the wo_a stream at once and wait
- *      (griddepcontrol.wait) for that kernel before claiming units on a bank word the attention
- *      never touches, or reading or writing anything else. Its ticket
- *      and ready words are zero on entry: kernel B leaves bank words [0, 128) zeroed,
- *      mla_workspace_init zeroes them first, mla_attention never writes them;
- *   2. kernel B: waits for kernel A, zeroes bank words [0, 128) (the attention's barriers among
- *      them, when it ran with reset_barriers 0) and runs the wo_b GEMM into out. */
+ * Graph-capturable, by T (defaults; MLAJIT_DSV4_OUTPROJ selects the others for comparisons):
+ *   T <= 16: one launch, a programmatic dependent of the previous kernel (mla_attention): each
+ *     CTA streams a wo_a block (its consumers first wait for the attention, then quantize their
+ *     share of O) and then a wo_b block; where the grid does not fit the SMs, kernel A and
+ *     kernel B as two stream launches (B a programmatic dependent of A);
+ *   16 < T <= 64: the stream kernels A and B with K slices, both programmatic dependents;
+ *   T > 64: the tiled kernels A (combine + inverse RoPE + group-32 quant of O, then the grouped
+ *     wo_a GEMM with mxq(o_lora) in its epilogue) behind a cuMemsetD8Async of the bank, and B.
+ * The ticket and ready words are zero on entry: kernel B (or the one-launch kernel's last CTA)
+ * leaves bank words [0, 128) zeroed, mla_workspace_init zeroes them first, mla_attention never
+ * writes them; the split-K counters (words 128..255) reset themselves. */
 #include <stdio.h>
 #include <string.h>
 
@@ -367,7 +367,7 @@ static mla_status get_kernel(mla_runtime *rt, const char *kind, const op_shape *
 /* T <= 16: kernels A and B as one launch (dsv4_output_proj_stream) when MLAJIT_DSV4_OUTPROJ is
  * "fused", "fused-pfb" or "fused-nopf" (OP_FUSED_DEFAULT: the default without it) and the grid fits the SMs at one CTA per SM (its CTAs wait for every CTA's o_lora
  * block, so all must be resident at once). */
-#define OP_FUSED_DEFAULT 0
+#define OP_FUSED_DEFAULT 1
 /* Its L2 prefetches, in K-steps after each ring's (clamped to the block's): of wo_a at the start,
  * of wo_b once wo_a is issued. "fused": every step of both blocks; "fused-pfb": 6 wo_b steps
  * (request dsv4o/1's "fused"); "fused-nopf": none. */
@@ -382,7 +382,7 @@ static int use_fused(const mla_runtime *rt, unsigned ctas) {
  * last slice's sum in the kernels) when MLAJIT_DSV4_OUTPROJ is "stream64" or "fused,stream64"
  * (OP_STREAM64_DEFAULT: the default unless it is "split", "pdl" or "fused,pdl"); else the tiled
  * kernels. */
-#define OP_STREAM64_DEFAULT 0
+#define OP_STREAM64_DEFAULT 1
 #define OP_S_SLICES 2
 static int use_stream64(const mla_runtime *rt, int T) {
     int v = rt->dsv4_outproj;

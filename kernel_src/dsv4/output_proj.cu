@@ -1,4 +1,5 @@
-// DeepSeek-V4 output projection (mla_output_proj): two kernels, the second PDL-chained.
+// DeepSeek-V4 output projection (mla_output_proj): kernels A (wo_a) and B (wo_b), B PDL-chained,
+// or at T <= 16 both in one launch (output_proj_stream_kernel, at the end of this file).
 //
 // Template parameters (the specs "dsv4_output_proj_a" / "dsv4_output_proj_b" fix them):
 //   kH  hidden size, a multiple of 512 in [512, 4096]
@@ -392,14 +393,16 @@ __device__ __forceinline__ void zero_bank(unsigned int *bank, long long words) {
     for (long long i = threadIdx.x; i < words; i += kThreads) bank[i] = 0u;
 }
 
-// ---- the weight-streaming kernels (T <= 16, common/stream_gemm.cuh) ---------------------------
+// ---- the weight-streaming kernels (T <= 64, common/stream_gemm.cuh) ---------------------------
 //
-// For T <= 16 tokens both GEMMs are skinny: the runtime launches the *_stream kernels instead,
-// kNT = ceil(T / 8) token tiles of 8 (the kinds take kNT in {1, 2, 4, 8}; the runtime uses 1 and
-// 2: at 4 and 8 the 1-D bulk-copy version measured slower than the tiled kernels). Each GEMM CTA streams one block of W rows
-// over the whole K exactly once (kernel A: 64 rows of one wo_a group, 2H / 64 CTAs after the
-// quantize items; kernel B: 32 rows of wo_b, H / 32 CTAs), so no split-K and no partials. The
-// shared-memory sizes are mirrored in runtime/dsv4_output_proj.c (OP_S_*).
+// For T <= 64 tokens both GEMMs are skinny: the runtime launches the *_stream kernels instead of
+// the tiled ones, kNT = ceil(T / 8) token tiles of 8 (kNT in {1, 2, 4, 8}). Each GEMM CTA streams
+// one block of W rows (kernel A: 64 rows of one wo_a group, 2H / 64 blocks; kernel B: 32 rows of
+// wo_b, H / 32 blocks) over its K range exactly once: the whole K at T <= 16 (grid y 1: no
+// partials), at 16 < T <= 64 one of gridDim.y K slices (fp32 partials in part, the last slice's
+// sum, stream_split_reduce). At T <= 16 the runtime launches both GEMMs as one kernel
+// (output_proj_stream_kernel, below) where the grid fits the SMs. The shared-memory sizes are
+// mirrored in runtime/dsv4_output_proj.c (OP_S_*).
 constexpr int kStreamBnA = 64, kStreamBnB = 32;
 template <int kNT>
 constexpr int stream_stages_a() { return kNT <= 2 ? 5 : 3; }
