@@ -3,10 +3,9 @@
  * "dsv4_output_proj_stream", params H, G, NT) and the launches (kernel_src/dsv4/output_proj.cu).
  *
  * Graph-capturable, by T (defaults; MLAJIT_DSV4_OUTPROJ selects the others for comparisons):
- *   T <= 16: one launch, a programmatic dependent of the previous kernel (mla_attention): each
- *     CTA streams a wo_a block (its consumers first wait for the attention, then quantize their
- *     share of O) and then a wo_b block; where the grid does not fit the SMs, kernel A and
- *     kernel B as two stream launches (B a programmatic dependent of A);
+ *   T <= 16: the stream kernels A (its consumers first wait for the attention, its PDL primary,
+ *     then quantize their share of O) and B (a programmatic dependent of A); "fused": both in one
+ *     launch where the grid fits the SMs (measured no faster, request dsv4o/3: off by default);
  *   16 < T <= 64: the stream kernels A and B with K slices, both programmatic dependents;
  *   T > 64: the tiled kernels A (combine + inverse RoPE + group-32 quant of O, then the grouped
  *     wo_a GEMM with mxq(o_lora) in its epilogue) behind a cuMemsetD8Async of the bank, and B.
@@ -365,9 +364,10 @@ static mla_status get_kernel(mla_runtime *rt, const char *kind, const op_shape *
 }
 
 /* T <= 16: kernels A and B as one launch (dsv4_output_proj_stream) when MLAJIT_DSV4_OUTPROJ is
- * "fused", "fused-pfb" or "fused-nopf" (OP_FUSED_DEFAULT: the default without it) and the grid fits the SMs at one CTA per SM (its CTAs wait for every CTA's o_lora
+ * "fused", "fused-pfb" or "fused-nopf" (OP_FUSED_DEFAULT 0: measured no faster than the two
+ * kernels, docs/perf-notes.md seventh session) and the grid fits the SMs at one CTA per SM (its CTAs wait for every CTA's o_lora
  * block, so all must be resident at once). */
-#define OP_FUSED_DEFAULT 1
+#define OP_FUSED_DEFAULT 0
 /* Its L2 prefetches, in K-steps after each ring's (clamped to the block's): of wo_a at the start,
  * of wo_b once wo_a is issued. "fused": every step of both blocks; "fused-pfb": 6 wo_b steps
  * (request dsv4o/1's "fused"); "fused-nopf": none. */

@@ -400,8 +400,8 @@ __device__ __forceinline__ void zero_bank(unsigned int *bank, long long words) {
 // one block of W rows (kernel A: 64 rows of one wo_a group, 2H / 64 blocks; kernel B: 32 rows of
 // wo_b, H / 32 blocks) over its K range exactly once: the whole K at T <= 16 (grid y 1: no
 // partials), at 16 < T <= 64 one of gridDim.y K slices (fp32 partials in part, the last slice's
-// sum, stream_split_reduce). At T <= 16 the runtime launches both GEMMs as one kernel
-// (output_proj_stream_kernel, below) where the grid fits the SMs. The shared-memory sizes are
+// sum, stream_split_reduce). At T <= 16 the runtime can launch both GEMMs as one kernel
+// (output_proj_stream_kernel, below; MLAJIT_DSV4_OUTPROJ=fused) where the grid fits the SMs. The shared-memory sizes are
 // mirrored in runtime/dsv4_output_proj.c (OP_S_*).
 constexpr int kStreamBnA = 64, kStreamBnB = 32;
 template <int kNT>
