@@ -581,7 +581,10 @@ __global__ void __launch_bounds__(oproj::StreamCfgA<kH, kG, kNT>::kThreads)
     require_smem<Cfg::kSmemBytes>();
     pdl::launch_dependents();
     const int n0 = (int)blockIdx.x * Cfg::kBN, g = n0 / S::kR;
-    const KRange kr = slice_range(blockIdx.y, a.slice_steps, S::kK);   // all K with one slice
+    // K slices (grid y) only in the 32- / 64-token kinds (16 < T <= 64; the runtime launches NT 1 /
+    // 2 at T <= 16 with one slice), so that the T <= 16 kinds keep their code.
+    constexpr bool kSplit = kNT >= 4;
+    const KRange kr = kSplit ? slice_range(blockIdx.y, a.slice_steps, S::kK) : KRange{0, S::kK};
     sgemm::Operands op;
     op.a = a.act_q + (long long)g * S::kK + kr.k0;
     op.a_sf = a.act_sf + ((long long)g * S::kK + kr.k0) / 32;
@@ -592,10 +595,11 @@ __global__ void __launch_bounds__(oproj::StreamCfgA<kH, kG, kNT>::kThreads)
     sgemm::run<Cfg>(
         op, n0, smem, [&] { wait_units(a); },
         [&](const float *D, int T) {
-            if (gridDim.y > 1 &&
-                !stream_split_reduce<Cfg>(const_cast<float *>(D), T, a.part, n0, S::kN,
-                                          a.bank + kSplitWord0 + blockIdx.x))
-                return;
+            if constexpr (kSplit)
+                if (gridDim.y > 1 &&
+                    !stream_split_reduce<Cfg>(const_cast<float *>(D), T, a.part, n0, S::kN,
+                                              a.bank + kSplitWord0 + blockIdx.x))
+                    return;
             store_o_lora_stream<Cfg>(a, D, n0, S::kN);
         },
         [&] {
@@ -615,7 +619,8 @@ __global__ void __launch_bounds__(oproj::StreamCfgB<kH, kNT>::kThreads)
     extern __shared__ __align__(128) unsigned char smem[];
     require_smem<Cfg::kSmemBytes>();
     const int n0 = (int)blockIdx.x * Cfg::kBN;
-    const KRange kr = slice_range(blockIdx.y, b.slice_steps, 2 * kH);  // all K with one slice
+    constexpr bool kSplit = kNT >= 4;                 // K slices (grid y) as in kernel A
+    const KRange kr = kSplit ? slice_range(blockIdx.y, b.slice_steps, 2 * kH) : KRange{0, 2 * kH};
     sgemm::Operands op;
     op.a = b.o_lora_q + kr.k0, op.a_sf = b.o_lora_sf + kr.k0 / 32;
     op.lda = 2 * kH, op.lda_sf = 2 * kH / 32;
@@ -623,12 +628,13 @@ __global__ void __launch_bounds__(oproj::StreamCfgB<kH, kNT>::kThreads)
     op.w_k0 = kr.k0, op.k_len = kr.len, op.T = (int)b.T;
     op.a_col0 = kr.k0, op.maps = &maps;
     sgemm::run<Cfg>(op, n0, smem, [] { pdl::wait(); }, [&](const float *D, int T) {
-        if (blockIdx.x == 0 && blockIdx.y == 0)   // after the wait: kernel A is complete
+        if (blockIdx.x == 0 && (!kSplit || blockIdx.y == 0))  // after the wait: A is complete
             for (long long i = threadIdx.x; i < b.bank_words; i += Cfg::kConsumers) b.bank[i] = 0u;
-        if (gridDim.y > 1 &&
-            !stream_split_reduce<Cfg>(const_cast<float *>(D), T, b.part, n0, kH,
-                                      b.bank + kSplitWord0 + blockIdx.x))
-            return;
+        if constexpr (kSplit)
+            if (gridDim.y > 1 &&
+                !stream_split_reduce<Cfg>(const_cast<float *>(D), T, b.part, n0, kH,
+                                          b.bank + kSplitWord0 + blockIdx.x))
+                return;
         for (int i = (int)threadIdx.x; i < T * Cfg::kBN; i += Cfg::kConsumers) {
             const int t = i / Cfg::kBN, r = i % Cfg::kBN;
             b.out[(long long)t * kH + n0 + r] = __float2bfloat16_rn(D[r * Cfg::kDPitch + t]);
