@@ -25,6 +25,9 @@ mla_status mla__dsv4_output_proj_a_stream_build(const struct mla__spec *spec, ch
                                                 size_t size, struct mla__launch_info *launch);
 mla_status mla__dsv4_output_proj_b_stream_build(const struct mla__spec *spec, char *name_expr,
                                                 size_t size, struct mla__launch_info *launch);
+/* "dsv4_output_proj_stream": both stream GEMMs in one launch, params H, G, NT (1 or 2). */
+mla_status mla__dsv4_output_proj_stream_build(const struct mla__spec *spec, char *name_expr,
+                                              size_t size, struct mla__launch_info *launch);
 
 /* The TMA descriptors of a stream GEMM (sgemm::Maps of kernel_src/common/stream_gemm.cuh, a
  * kernel parameter by value), runtime/dsv4_tma.c: W [w_rows, w_cols] uint8 with row stride ldw

@@ -1,18 +1,17 @@
-/* DSV4 mla_output_proj: argument checks, the two kind builders ("dsv4_output_proj_a" and
- * "dsv4_output_proj_b", params H and G) and the launches (kernel_src/dsv4/output_proj.cu).
+/* DSV4 mla_output_proj: argument checks, the kind builders ("dsv4_output_proj_a" / "_b", the
+ * tiled kernels, params H and G; "dsv4_output_proj_a_stream" / "_b_stream" and the one-launch
+ * "dsv4_output_proj_stream", params H, G, NT) and the launches (kernel_src/dsv4/output_proj.cu).
  *
- * One call puts two kernels on the stream (T > 16: after a cuMemsetD8Async of the bank, and
- * kernel A launched plainly), graph-capturable, both PDL-chained (programmatic stream
- * serialization) at T <= 16:
- *   1. kernel A: combine + inverse RoPE + group-32 quant of O, then the grouped wo_a GEMM with
- *      mxq(o_lora) in its epilogue. Its CTAs may start while the previous kernel (mla_attention)
- *      finishes: at T <= 16 its stream CTAs start the wo_a stream at once and wait
- *      (griddepcontrol.wait) for that kernel before claiming units on a bank word the attention
- *      never touches, or reading or writing anything else. Its ticket
- *      and ready words are zero on entry: kernel B leaves bank words [0, 128) zeroed,
- *      mla_workspace_init zeroes them first, mla_attention never writes them;
- *   2. kernel B: waits for kernel A, zeroes bank words [0, 128) (the attention's barriers among
- *      them, when it ran with reset_barriers 0) and runs the wo_b GEMM into out. */
+ * Graph-capturable, by T (defaults; MLAJIT_DSV4_OUTPROJ selects the others for comparisons):
+ *   T <= 16: the stream kernels A (its consumers first wait for the attention, its PDL primary,
+ *     then quantize their share of O) and B (a programmatic dependent of A); "fused": both in one
+ *     launch where the grid fits the SMs (measured no faster, request dsv4o/3: off by default);
+ *   16 < T <= 64: the stream kernels A and B with K slices, both programmatic dependents;
+ *   T > 64: the tiled kernels A (combine + inverse RoPE + group-32 quant of O, then the grouped
+ *     wo_a GEMM with mxq(o_lora) in its epilogue) behind a cuMemsetD8Async of the bank, and B.
+ * The ticket and ready words are zero on entry: kernel B (or the one-launch kernel's last CTA)
+ * leaves bank words [0, 128) zeroed, mla_workspace_init zeroes them first, mla_attention never
+ * writes them; the split-K counters (words 128..255) reset themselves. */
 #include <stdio.h>
 #include <string.h>
 
@@ -55,7 +54,7 @@ static long long stream_smem(int bn, int nt, int ks, int stages, long long sf_ro
 }
 static int stream_stages_a(int nt) { return nt <= 2 ? 5 : 3; }
 static int stream_ks_b(int nt) { return nt <= 2 ? 512 : 256; }
-static int stream_stages_b(int nt) { return nt == 1 ? 5 : 4; }
+static int stream_stages_b(int nt) { return nt == 1 ? 5 : (nt == 2 ? 4 : 3); }
 static int stream_nt(int T) { return T <= 8 ? 1 : (T <= 16 ? 2 : (T <= 32 ? 4 : 8)); }
 
 /* ---- kind builders --------------------------------------------------------------------------- */
@@ -109,7 +108,15 @@ mla_status mla__dsv4_output_proj_b_build(const mla__spec *spec, char *name_expr,
     return build(spec, "output_proj_b_kernel", OP_BN_B, name_expr, size, launch);
 }
 
-/* The stream kinds: params (H, G, NT), NT in {1, 2, 4, 8}. */
+static unsigned smem_stream_a(long long G, int nt) {
+    return (unsigned)stream_smem(OP_S_BN_A, nt, OP_S_KS_A, stream_stages_a(nt), OP_COLS / G / 32);
+}
+static unsigned smem_stream_b(long long H, int nt) {
+    return (unsigned)stream_smem(OP_S_BN_B, nt, stream_ks_b(nt), stream_stages_b(nt), 2 * H / 32);
+}
+
+/* The stream kinds: params (H, G, NT), NT in {1, 2, 4, 8} (b: 0 kernel A, 1 kernel B, 2 both
+ * in one launch, NT 1 or 2: the two rings share one CTA's shared memory). */
 static mla_status build_stream(const mla__spec *spec, int b, char *name_expr, size_t size,
                                mla__launch_info *launch) {
     MLA_ARG_CHECK(spec->n_params == 3 && strcmp(spec->params[0].name, "H") == 0 &&
@@ -119,18 +126,23 @@ static mla_status build_stream(const mla__spec *spec, int b, char *name_expr, si
                   spec->n_params);
     long long H = spec->params[0].value, G = spec->params[1].value, nt = spec->params[2].value;
     MLA_FORWARD_IF_ERROR(check_hg(spec->kernel, H, G));
-    MLA_ARG_CHECK(nt == 1 || nt == 2 || nt == 4 || nt == 8,
-                  "%s: expected NT (8-token tiles) in {1, 2, 4, 8}, got %lld", spec->kernel, nt);
-    int n = snprintf(name_expr, size, "mla::dsv4::%s<%lld, %lld, %lld>",
-                     b ? "output_proj_b_stream_kernel" : "output_proj_a_stream_kernel", H, G, nt);
+    if (b == 2)
+        MLA_ARG_CHECK(nt == 1 || nt == 2, "%s: expected NT (8-token tiles) 1 or 2, got %lld",
+                      spec->kernel, nt);
+    else
+        MLA_ARG_CHECK(nt == 1 || nt == 2 || nt == 4 || nt == 8,
+                      "%s: expected NT (8-token tiles) in {1, 2, 4, 8}, got %lld", spec->kernel,
+                      nt);
+    static const char *const entries[] = {"output_proj_a_stream_kernel",
+                                          "output_proj_b_stream_kernel",
+                                          "output_proj_stream_kernel"};
+    int n = snprintf(name_expr, size, "mla::dsv4::%s<%lld, %lld, %lld>", entries[b], H, G, nt);
     MLA_RETURN_ERROR_IF(n < 0 || (size_t)n >= size, MLA_ERR_INTERNAL,
                         "%s: name expression buffer of %zu bytes too small", spec->kernel, size);
     launch->threads = OP_S_THREADS;
-    launch->dynamic_smem =
-        b ? (unsigned)stream_smem(OP_S_BN_B, (int)nt, stream_ks_b((int)nt),
-                                  stream_stages_b((int)nt), 2 * H / 32)
-          : (unsigned)stream_smem(OP_S_BN_A, (int)nt, OP_S_KS_A, stream_stages_a((int)nt),
-                                  OP_COLS / G / 32);
+    launch->dynamic_smem = b == 0   ? smem_stream_a(G, (int)nt)
+                           : b == 1 ? smem_stream_b(H, (int)nt)
+                                    : smem_stream_a(G, (int)nt) + smem_stream_b(H, (int)nt);
     launch->cluster = 1;
     return MLA_OK;
 }
@@ -143,6 +155,11 @@ mla_status mla__dsv4_output_proj_a_stream_build(const mla__spec *spec, char *nam
 mla_status mla__dsv4_output_proj_b_stream_build(const mla__spec *spec, char *name_expr,
                                                 size_t size, mla__launch_info *launch) {
     return build_stream(spec, 1, name_expr, size, launch);
+}
+
+mla_status mla__dsv4_output_proj_stream_build(const mla__spec *spec, char *name_expr,
+                                              size_t size, mla__launch_info *launch) {
+    return build_stream(spec, 2, name_expr, size, launch);
 }
 
 /* ---- argument checks ------------------------------------------------------------------------- */
@@ -282,7 +299,7 @@ typedef struct op_args_a {
 /* Kernel B's (oproj::ArgsB). */
 typedef struct op_args_b {
     CUdeviceptr o_lora_q, o_lora_sf, wo_b, wo_b_sf, out, bank, part;
-    long long T, bank_words, slice_steps;
+    long long T, bank_words, slice_steps, pf_a_steps, pf_b_steps;
 } op_args_b;
 
 /* Units (token, head) per quantize item: about OP_QUANT_WAVES items per SM, whole warps. */
@@ -346,8 +363,36 @@ static mla_status get_kernel(mla_runtime *rt, const char *kind, const op_shape *
     return mla__get_kernel(rt, &spec, k);
 }
 
-/* T <= 16: the stream kernels (no split-K; the bank is zeroed first as in launch_all), each with
- * its TMA descriptors (second parameter, by value). */
+/* T <= 16: kernels A and B as one launch (dsv4_output_proj_stream) when MLAJIT_DSV4_OUTPROJ is
+ * "fused", "fused-pfb" or "fused-nopf" (OP_FUSED_DEFAULT 0: measured no faster than the two
+ * kernels, docs/perf-notes.md seventh session) and the grid fits the SMs at one CTA per SM (its CTAs wait for every CTA's o_lora
+ * block, so all must be resident at once). */
+#define OP_FUSED_DEFAULT 0
+/* Its L2 prefetches, in K-steps after each ring's (clamped to the block's): of wo_a at the start,
+ * of wo_b once wo_a is issued. "fused": every step of both blocks; "fused-pfb": 6 wo_b steps
+ * (request dsv4o/1's "fused"); "fused-nopf": none. */
+#define OP_PF_ALL (1 << 20)
+static int use_fused(const mla_runtime *rt, unsigned ctas) {
+    int v = rt->dsv4_outproj;
+    int want = v == 2 || v == 4 || v == 5 || v == 6 || v == 8 || (OP_FUSED_DEFAULT && v != 1);
+    return want && rt->sm_count > 0 && ctas <= (unsigned)rt->sm_count;
+}
+
+/* 16 < T <= 64 on the stream kernels with OP_S_SLICES K slices per W block (partials and the
+ * last slice's sum in the kernels) when MLAJIT_DSV4_OUTPROJ is "stream64" or "fused,stream64"
+ * (OP_STREAM64_DEFAULT: the default unless it is "split", "pdl" or "fused,pdl"); else the tiled
+ * kernels. */
+#define OP_STREAM64_DEFAULT 1
+#define OP_S_SLICES 2
+static int use_stream64(const mla_runtime *rt, int T) {
+    int v = rt->dsv4_outproj;
+    int want = v == 7 || v == 8 || (OP_STREAM64_DEFAULT && v != 1 && v != 3 && v != 6);
+    return T > OP_S_TOKENS && T <= OP_BM && want;
+}
+
+/* The stream kernels (T <= 16: no split-K; 16 < T <= 64: grid y = K slices), each with its TMA
+ * descriptors (second parameter, by value), both programmatic dependents (the bank needs no
+ * memset: kernel B leaves words [0, 128) zeroed and the split counters reset themselves). */
 static mla_status launch_stream(mla_runtime *rt, const op_shape *sh, op_args_a *A, op_args_b *B,
                                 CUstream stream) {
     const mla__kernel *ka = NULL, *kb = NULL;
@@ -360,22 +405,36 @@ static mla_status launch_stream(mla_runtime *rt, const op_shape *sh, op_args_a *
                                                OP_S_BN_B, B->o_lora_q, 2 * sh->H, sh->T,
                                                2 * sh->H, 8 * nt, B->wo_b_sf,
                                                stream_ks_b(nt) / 128));
+    /* One slice (all K) at T <= 16, else OP_S_SLICES (whole stages: K-steps of 256 columns). */
+    int slices = sh->T <= OP_S_TOKENS ? 1 : OP_S_SLICES;
+    A->kslices = slices, A->slice_steps = sh->K / 128 / slices;
+    B->slice_steps = 2 * sh->H / 128 / slices;
+    /* One CTA per 64-row block of wo_a (and slice); they quantize the units themselves
+     * (n_qtiles unused). */
+    unsigned a_items = (unsigned)(2 * sh->H / OP_S_BN_A);
+    if (slices == 1 && use_fused(rt, a_items)) {
+        const mla__kernel *k = NULL;
+        MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_stream", sh, nt, &k));
+        B->pf_a_steps = rt->dsv4_outproj == 4 || rt->dsv4_outproj == 5 ? 0 : OP_PF_ALL;
+        B->pf_b_steps = rt->dsv4_outproj == 4 ? 0 : (rt->dsv4_outproj == 5 ? 6 : OP_PF_ALL);
+        mla__log(rt, MLA_LOG_DEBUG, "mla_output_proj: T %d, kernels A and B in one launch", sh->T);
+        void *args[] = {A, B, &ma, &mb};
+        return mla__launch_pdl(rt, k, a_items, 1, 1, stream, args);
+    }
     MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_a_stream", sh, nt, &ka));
     MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_b_stream", sh, nt, &kb));
-    A->kslices = 1, A->slice_steps = sh->K / 128;
-    B->slice_steps = 2 * sh->H / 128;
-    /* One CTA per 64-row block of wo_a; they quantize the units themselves (n_qtiles unused). */
-    unsigned a_items = (unsigned)(2 * sh->H / OP_S_BN_A);
     void *args_a[] = {A, &ma};
-    MLA_FORWARD_IF_ERROR(mla__launch_pdl(rt, ka, a_items, 1, 1, stream, args_a));
+    MLA_FORWARD_IF_ERROR(mla__launch_pdl(rt, ka, a_items, (unsigned)slices, 1, stream, args_a));
     void *args_b[] = {B, &mb};
-    return mla__launch_pdl(rt, kb, (unsigned)(sh->H / OP_S_BN_B), 1, 1, stream, args_b);
+    return mla__launch_pdl(rt, kb, (unsigned)(sh->H / OP_S_BN_B), (unsigned)slices, 1, stream,
+                           args_b);
 }
 
 static mla_status launch_all(mla_runtime *rt, const op_shape *sh, op_args_a *A, op_args_b *B,
                              CUstream stream) {
     const mla__kernel *ka = NULL, *kb = NULL;
-    if (sh->T <= OP_S_TOKENS) return launch_stream(rt, sh, A, B, stream);
+    if (sh->T <= OP_S_TOKENS || use_stream64(rt, sh->T))
+        return launch_stream(rt, sh, A, B, stream);
     MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_a", sh, 0, &ka));
     MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_b", sh, 0, &kb));
     unsigned m_tiles = (unsigned)((sh->T + OP_BM - 1) / OP_BM);
@@ -386,9 +445,13 @@ static mla_status launch_all(mla_runtime *rt, const op_shape *sh, op_args_a *A, 
     /* T > 16: kernel A behind a memset of the bank, not a programmatic dependent (measured in
      * request dsv4p/3: with PDL the T 64 layer's out-proj part took ~11 µs longer, not
      * separated from the other changes of that run; the T <= 16 stream path gained 3.8 µs). */
-    MLA_CU(rt, cuMemsetD8Async(A->bank, 0, MLA__DSV4_BANK_BYTES, stream));
     void *args_a[] = {A};
-    MLA_FORWARD_IF_ERROR(mla__launch(rt, ka, a_items, 1, 1, stream, args_a));
+    if (rt->dsv4_outproj == 3 || rt->dsv4_outproj == 6) {  /* "pdl", "fused,pdl" */
+        MLA_FORWARD_IF_ERROR(mla__launch_pdl(rt, ka, a_items, 1, 1, stream, args_a));
+    } else {
+        MLA_CU(rt, cuMemsetD8Async(A->bank, 0, MLA__DSV4_BANK_BYTES, stream));
+        MLA_FORWARD_IF_ERROR(mla__launch(rt, ka, a_items, 1, 1, stream, args_a));
+    }
     void *args_b[] = {B};
     return mla__launch_pdl(rt, kb, (unsigned)(sh->H / OP_BN_B), m_tiles, (unsigned)b_slices,
                            stream, args_b);

@@ -321,6 +321,13 @@ struct mla_runtime {
     int flashmla_sparse_prefetch;  /* $MLAJIT_FLASHMLA_SPARSE_PREFETCH was "1" at create: the
                                       sm_90a sparse kernels prefetch gathered rows to L2 (measured
                                       slower; off by default) */
+    int dsv4_outproj;              /* $MLAJIT_DSV4_OUTPROJ at create: 0 unset, 1 "split" (T <= 16:
+                                      kernels A and B as two launches), 2 "fused" (one launch),
+                                      3 "pdl" (T > 16: kernel A a programmatic dependent),
+                                      4 "fused-nopf" (one launch, no L2 prefetch),
+                                      5 "fused-pfb" (one launch, 6 wo_b steps prefetched),
+                                      6 "fused,pdl" (2 and 3), 7 "stream64" (16 < T <= 64
+                                      on the stream kernels), 8 "fused,stream64" (2 and 7) */
     const char *flashmla_sparse_sm90; /* $MLAJIT_FLASHMLA_SPARSE_SM90 at create: "pingpong", "ws",
                                       "x2" or "x2c" (the sm_90a sparse kernels of one structure,
                                       for comparisons), or NULL (the defaults) */

@@ -205,6 +205,18 @@ static void resolve_flashmla_sparse_sm90(mla_runtime *rt) {
     rt->flashmla_sparse_sm90 = c < 0 ? NULL : values[c];
 }
 
+/* $MLAJIT_DSV4_OUTPROJ: "split" runs mla_output_proj at T <= 16 as kernels A and B (two
+ * launches), "fused" as one launch ("fused-nopf": without its L2 prefetches, "fused-pfb": with
+ * only 6 wo_b steps prefetched), "pdl" launches its tiled kernel A at T > 16 as a programmatic
+ * dependent of the attention instead of behind a memset, "fused,pdl" both; "stream64" runs
+ * 16 < T <= 64 on the stream kernels with a K split, "fused,stream64" with "fused" (comparisons;
+ * unset: the defaults of runtime/dsv4_output_proj.c). */
+static void resolve_dsv4_outproj(mla_runtime *rt) {
+    static const char *const values[] = {"split", "fused", "pdl", "fused-nopf", "fused-pfb",
+                                         "fused,pdl", "stream64", "fused,stream64"};
+    rt->dsv4_outproj = ENV_CHOICE(rt, "MLAJIT_DSV4_OUTPROJ", values) + 1;
+}
+
 /* Copies the options and resolves what they leave to the environment. */
 static mla_status apply_options(mla_runtime *rt, const mla_options *options) {
     mla_options_init(&rt->options);
@@ -233,6 +245,7 @@ static mla_status apply_options(mla_runtime *rt, const mla_options *options) {
     resolve_fakequant_decode(rt);
     resolve_flashmla_sparse_prefetch(rt);
     resolve_flashmla_sparse_sm90(rt);
+    resolve_dsv4_outproj(rt);
     return MLA_OK;
 }
 

@@ -42,6 +42,8 @@ static const mla__kernel_kind kinds[] = {
      mla__dsv4_output_proj_a_stream_build},
     {"dsv4_output_proj_b_stream", "dsv4/output_proj.cu", dsv4_output_proj_stream_params,
      mla__dsv4_output_proj_b_stream_build},
+    {"dsv4_output_proj_stream", "dsv4/output_proj.cu", dsv4_output_proj_stream_params,
+     mla__dsv4_output_proj_stream_build},
     {"flashmla_metadata", "flashmla/metadata.cu", no_params, mla__flashmla_metadata_build},
     {"flashmla_decode", "flashmla/decode.cu", flashmla_decode_params, mla__flashmla_decode_build},
     {"flashmla_decode_sm90", "flashmla/decode_sm90.cu", flashmla_decode_params,

@@ -330,3 +330,94 @@ ParameterizedTest(multi_case *mc, dsv4_layer_gpu, shared_workspace, .timeout = 9
     mla_buffer_free(rt, &ws);
     mla_runtime_destroy(rt);
 }
+
+/* ---- mla_output_proj's paths (MLAJIT_DSV4_OUTPROJ) -------------------------------------------- */
+
+/* One layer through the out-proj path of env (NULL: the defaults), checked against the reference
+ * like the layer test, with the kernel kind that must have run (want) and one that must not
+ * (not); with cmp set, the same inputs again through path cmp, whose q_or_x, out and caches must
+ * be bit-identical (identical) or within TOL_SAME. */
+typedef struct path_case {
+    char name[96];
+    mlt_dsv4_knobs k;
+    char env[24], cmp[24], want[32], not_[32];
+    int identical;
+} path_case;
+
+static path_case path_cases[] = {
+    {"swa H4096 T4 B128 ring+1, one launch", KN(0, 4096, 8, 4, 0, 0, 128, RING, 1, 0, 0, 0, 0, 0, 0),
+     "fused", "split", "dsv4_output_proj_stream", "dsv4_output_proj_a_stream", 1},
+    {"hca H4096 T13 B128 lin+1 fire sink, one launch", KN(1, 4096, 8, 13, 0, 0, 128, LIN, 1, 1, 0, 0, 1, 0, 64),
+     "fused", "split", "dsv4_output_proj_stream", "dsv4_output_proj_a_stream", 1},
+    {"swa H4096 T4 B128 ring+1, two kernels", KN(0, 4096, 8, 4, 0, 0, 128, RING, 1, 0, 0, 0, 0, 0, 0),
+     "split", "", "dsv4_output_proj_a_stream", "dsv4_output_proj_stream", 0},
+    {"swa H4096 T24 B128 lin+1 sink, K-split stream", KN(0, 4096, 8, 24, 0, 0, 128, LIN, 1, 1, 0, 0, 0, 0, 0),
+     "stream64", "", "dsv4_output_proj_b_stream", "dsv4_output_proj_b", 0},
+    {"hca H4096 T40 B256 ring+1 fire sink pad, K-split stream", KN(1, 4096, 8, 40, 0, 0, 256, RING, 1, 1, 0, 1, 1, 0, 64),
+     "stream64", "", "dsv4_output_proj_b_stream", "dsv4_output_proj_b", 0},
+    {"hca H4096 T40 B256 ring+1 fire sink pad, tiled", KN(1, 4096, 8, 40, 0, 0, 256, RING, 1, 1, 0, 1, 1, 0, 64),
+     "split", "", "dsv4_output_proj_b", "dsv4_output_proj_b_stream", 0},
+};
+
+ParameterizedTestParameters(dsv4_layer_gpu, outproj_paths) {
+    return cr_make_param_array(path_case, path_cases, sizeof path_cases / sizeof path_cases[0]);
+}
+
+/* Runs the prepared layer on rt (plan, attention, out-proj) and downloads what it wrote. */
+static void run_once(mla_runtime *rt, const char *name, const mlt_dsv4_case *c, mlt_dsv4_dev *d,
+                     mlt_dsv4_got *g) {
+    CUstream s;
+    CU_OK(rt, rt->drv.cuStreamCreate(&s, 0), name);
+    CU_OK(rt, mlt_dsv4_reset(rt, c, d), name);
+    MLA_OK(mlt_dsv4_plan(rt, c, d, s), name);
+    call_layer(rt, name, c, d, s, 1, 1);
+    CU_OK(rt, rt->drv.cuStreamSynchronize(s), name);
+    CU_OK(rt, mlt_dsv4_download(rt, c, d, 1, 1, g), name);
+    rt->drv.cuStreamDestroy(s);
+}
+
+ParameterizedTest(path_case *pc, dsv4_layer_gpu, outproj_paths, .timeout = 900) {
+    if (!case_selected(pc->name)) cr_skip_test("not in $MLT_DSV4_CASES");
+    mla_runtime *rt = NULL, *rt2 = NULL;
+    int ok = mlt_gpu_runtime_env("MLAJIT_DSV4_OUTPROJ", pc->env, &rt);
+    cr_assert(ok >= 0, "%s: setting MLAJIT_DSV4_OUTPROJ=%s failed", pc->name, pc->env);
+    if (!ok) cr_skip_test("no CUDA device");
+    uint64_t seed = mlt_seed();
+    mlt_dsv4_case c;
+    mlt_dsv4_expect e;
+    mlt_dsv4_dev d;
+    mla_buffer ws;
+    mlt_dsv4_got g, g2;
+    mlt_dsv4_errors err;
+    prepare(rt, pc->name, &pc->k, seed, seed ^ 0x9e3779b97f4a7c15ull, 1, &c, &e, &d);
+    make_workspace(rt, pc->name, &d, c.T, &ws);
+    run_once(rt, pc->name, &c, &d, &g);
+    mlt_dsv4_compare(&c, &e, &g, 1, &err);
+    check_errors(pc->name, &c, &err, 1);
+    check_barriers(rt, pc->name, d.ws_ptr);
+    cr_expect(mlt_loaded_of_kind(rt, pc->want) > 0 && mlt_loaded_of_kind(rt, pc->not_) == 0,
+              "%s (MLAJIT_DSV4_OUTPROJ=%s): expected %s to run and %s not, got %d / %d kernels",
+              pc->name, pc->env, pc->want, pc->not_, mlt_loaded_of_kind(rt, pc->want),
+              mlt_loaded_of_kind(rt, pc->not_));
+    if (pc->cmp[0]) {
+        ok = mlt_gpu_runtime_env("MLAJIT_DSV4_OUTPROJ", pc->cmp, &rt2);
+        cr_assert(ok > 0, "%s: a runtime with MLAJIT_DSV4_OUTPROJ=%s", pc->name, pc->cmp);
+        run_once(rt2, pc->name, &c, &d, &g2);
+        int identical = 0;
+        double diff = mlt_dsv4_got_diff(&c, &g, &g2, 1, &identical);
+        cr_log_info("%s: %s vs %s: relative difference %.3e%s", pc->name, pc->env, pc->cmp, diff,
+                    identical ? " (bit-identical)" : "");
+        cr_expect(pc->identical ? identical : diff < TOL_SAME, "%s: MLAJIT_DSV4_OUTPROJ=%s vs %s: "
+                  "q_or_x / out / caches differ by %.3e (relative L2)%s", pc->name, pc->env,
+                  pc->cmp, diff, pc->identical ? ", expected bit-identical" : "");
+        check_barriers(rt2, pc->name, d.ws_ptr);
+        mlt_dsv4_got_free(&g2);
+        mla_runtime_destroy(rt2);
+    }
+    mlt_dsv4_got_free(&g);
+    mla_buffer_free(rt, &ws);
+    mlt_dsv4_dev_free(rt, &d);
+    mlt_dsv4_expect_free(&e);
+    mlt_dsv4_case_free(&c);
+    mla_runtime_destroy(rt);
+}

@@ -27,6 +27,10 @@ typedef struct compile_case {
     X(kind, arch, 4096, 8, 1) X(kind, arch, 4096, 8, 2) X(kind, arch, 4096, 8, 4)                \
     X(kind, arch, 4096, 8, 8) X(kind, arch, 512, 4, 1) X(kind, arch, 2048, 16, 8)
 #define STREAM_ROW_(kind, arch, H, G, NT) {kind, arch, H, G, NT},
+/* Both stream GEMMs in one launch (NT 1 and 2 only): H 4096 G 8, the smallest and an odd (H, G). */
+#define FUSED_CASES(X, kind, arch)                                                               \
+    X(kind, arch, 4096, 8, 1) X(kind, arch, 4096, 8, 2) X(kind, arch, 512, 4, 1)                 \
+    X(kind, arch, 2048, 16, 2)
 
 static compile_case compile_cases[] = {
     HG_CASES(CASE_ROW_, "dsv4_output_proj_a", "sm_90a")
@@ -37,6 +41,8 @@ static compile_case compile_cases[] = {
     STREAM_CASES(STREAM_ROW_, "dsv4_output_proj_b_stream", "sm_90a")
     STREAM_CASES(STREAM_ROW_, "dsv4_output_proj_a_stream", "sm_100a")
     STREAM_CASES(STREAM_ROW_, "dsv4_output_proj_b_stream", "sm_100a")
+    FUSED_CASES(STREAM_ROW_, "dsv4_output_proj_stream", "sm_90a")
+    FUSED_CASES(STREAM_ROW_, "dsv4_output_proj_stream", "sm_100a")
 };
 
 static void make_spec(mla__spec *spec, const char *kind, long long H, long long G, int NT) {
@@ -100,6 +106,54 @@ Test(dsv4_output_proj_compile, builders) {
                   "%s(H=4096,G=8): launch threads %d smem %d cluster %d (want 128, %d, 1)",
                   kinds[i].kind, launch.threads, launch.dynamic_smem, launch.cluster,
                   kinds[i].smem);
+    }
+}
+
+/* The one-launch stream kind: its entry, 288 threads, and the shared memory of kernel A's and
+ * kernel B's stream kinds together (its two rings), at NT 1 and 2. */
+Test(dsv4_output_proj_compile, builders_fused) {
+    const mla__kernel_kind *kf = mla__kernel_kind_find("dsv4_output_proj_stream");
+    const mla__kernel_kind *ka = mla__kernel_kind_find("dsv4_output_proj_a_stream");
+    const mla__kernel_kind *kb = mla__kernel_kind_find("dsv4_output_proj_b_stream");
+    cr_assert(kf && ka && kb, "the stream kinds are registered");
+    cr_expect(strcmp(kf->source, "dsv4/output_proj.cu") == 0, "dsv4_output_proj_stream: source %s",
+              kf->source);
+    for (int nt = 1; nt <= 2; nt++) {
+        mla__spec spec;
+        make_spec(&spec, "dsv4_output_proj_stream", 4096, 8, nt);
+        char name[256], want[96];
+        mla__launch_info lf, la, lb;
+        memset(&lf, 0, sizeof lf), memset(&la, 0, sizeof la), memset(&lb, 0, sizeof lb);
+        cr_assert(kf->build(&spec, name, sizeof name, &lf) == MLA_OK,
+                  "dsv4_output_proj_stream(NT=%d): build: %s", nt, mla_last_error());
+        snprintf(want, sizeof want, "mla::dsv4::output_proj_stream_kernel<4096, 8, %d>", nt);
+        cr_expect(strcmp(name, want) == 0, "dsv4_output_proj_stream(NT=%d): name %s", nt, name);
+        cr_assert(ka->build(&spec, name, sizeof name, &la) == MLA_OK &&
+                      kb->build(&spec, name, sizeof name, &lb) == MLA_OK,
+                  "a / b stream (NT=%d): build: %s", nt, mla_last_error());
+        cr_expect(lf.threads == 288 && lf.cluster == 1 &&
+                      lf.dynamic_smem == la.dynamic_smem + lb.dynamic_smem &&
+                      lf.dynamic_smem <= 227 * 1024,
+                  "dsv4_output_proj_stream(NT=%d): threads %d smem %d cluster %d (want 288, %d + "
+                  "%d <= 227 KB, 1)", nt, lf.threads, lf.dynamic_smem, lf.cluster,
+                  la.dynamic_smem, lb.dynamic_smem);
+    }
+    static const long long bad_nt[] = {0, 3, 4, 8};
+    for (size_t i = 0; i < sizeof bad_nt / sizeof bad_nt[0]; i++) {
+        mla__spec spec;
+        make_spec(&spec, "dsv4_output_proj_stream", 4096, 8, (int)bad_nt[i]);
+        if (bad_nt[i] == 0) {   /* make_spec leaves NT out at 0: add it explicitly */
+            mla__spec_init(&spec, "dsv4_output_proj_stream");
+            cr_assert(mla__spec_add(&spec, "H", 4096) == MLA_OK &&
+                      mla__spec_add(&spec, "G", 8) == MLA_OK &&
+                      mla__spec_add(&spec, "NT", 0) == MLA_OK, "spec");
+        }
+        char name[256];
+        mla__launch_info launch;
+        mla_status s = kf->build(&spec, name, sizeof name, &launch);
+        cr_expect(s == MLA_ERR_INVALID_ARGUMENT && strstr(mla_last_error(), "NT"),
+                  "dsv4_output_proj_stream(NT=%lld): expected MLA_ERR_INVALID_ARGUMENT naming NT, "
+                  "got %s: %s", bad_nt[i], mla_status_string(s), mla_last_error());
     }
 }
 

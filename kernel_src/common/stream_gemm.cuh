@@ -181,6 +181,13 @@ __device__ __forceinline__ void tma_2d(unsigned dst, const TmaMap *map, int c0, 
         : "memory");
 }
 
+// cp.async.bulk.prefetch.tensor.2d.L2.global.tile: the box at (c0, c1) of the tensor map into L2.
+__device__ __forceinline__ void tma_prefetch_2d(const TmaMap *map, int c0, int c1) {
+    asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(map),
+                 "r"(c0), "r"(c1)
+                 : "memory");
+}
+
 // mbarrier.arrive.shared::cta.b64 (one arrival, no tx).
 __device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
@@ -297,6 +304,83 @@ struct Smem {
     }
     __device__ __forceinline__ unsigned empty(int s) const {
         return smem_u32(base + Cfg::kBarOffset + 8 * (Cfg::kStages + s));
+    }
+};
+
+// The producer warp's copies of a stream GEMM (its tiles tile_n0(0..count-1), its ring), in
+// order of flat step f = tile * steps + K-step (stage f % kStages): issue_w the W rows and their
+// scales (and the stage's full barrier armed with the whole stage's bytes), issue_a the A rows;
+// lane 0 issues them. In two parts: start() issues the W of the first kStages steps (it depends
+// on nothing), finish(ready) calls ready() (every lane), issues their A, then streams every
+// later step as the consumers release stages. A kernel that streams two GEMMs through two rings
+// may start both before finishing either. (The same copies as produce below, which keeps its own
+// code: written through this struct it changed the attention's sm_90a SASS.)
+template <class Cfg, class TileN>
+struct Producer {
+    const Operands &op;
+    TileN tile_n0;
+    const Smem<Cfg> &sm;
+    int lane, steps, total, pre;
+    unsigned bytes;
+    long long atoms_per_block;
+    __device__ __forceinline__ Producer(const Operands &op_, int count, TileN tile_n0_,
+                                        const Smem<Cfg> &sm_)
+        : op(op_), tile_n0(tile_n0_), sm(sm_) {
+        lane = (int)(threadIdx.x % 32);
+        steps = op.k_len / Cfg::kKS, total = count * steps;
+        // Whole boxes count, their rows past T (read as zeros) included.
+        bytes = Cfg::kWBytes + Cfg::kABytes + Cfg::kWSfBytes;
+        atoms_per_block = (op.w_kb + 3) / 4;                // SfAtom: K-atoms per 128-row block
+        pre = total < Cfg::kStages ? total : Cfg::kStages;
+    }
+    __device__ __forceinline__ void issue_w(int f) const {
+        const int s = f % Cfg::kStages, n0 = tile_n0(f / steps);
+        if (lane == 0) {
+            mbarrier_arrive_expect_tx(sm.full(s), bytes);
+            const int k = op.w_k0 + (f % steps) * Cfg::kKS;
+            for (int at = 0; at < Cfg::kAtoms; ++at)
+                tma_2d(smem_u32(sm.w(s) + at * Cfg::kWBox), &op.maps->w, k + 128 * at, n0,
+                       sm.full(s));
+            // The SfAtom blocks (128 rows x 4 groups, 512 B) of the tile's rows, K-atoms k / 128..
+            tma_2d(smem_u32(sm.wsf(s)), &op.maps->sf, 0, (int)((n0 / 128) * atoms_per_block + k / 128),
+                   sm.full(s));
+        }
+    }
+    __device__ __forceinline__ void issue_a(int f) const {
+        const int s = f % Cfg::kStages;
+        if (lane == 0) {
+            const int k = op.a_col0 + (f % steps) * Cfg::kKS;
+            for (int at = 0; at < Cfg::kAtoms; ++at)
+                tma_2d(smem_u32(sm.a(s) + at * Cfg::kABox), &op.maps->a, k + 128 * at, 0,
+                       sm.full(s));
+        }
+    }
+    __device__ __forceinline__ void start() const {
+        for (int f = 0; f < pre; ++f) issue_w(f);
+    }
+    // L2 prefetches of the W boxes of steps [pre, pre + n) (cp.async.bulk.prefetch.tensor: no
+    // shared memory, nothing waits for them), e.g. while the stream waits on ready().
+    __device__ __forceinline__ void prefetch_w(int n) const {
+        if (lane != 0) return;
+        const int end = pre + n < total ? pre + n : total;
+        for (int f = pre; f < end; ++f) {
+            const int n0 = tile_n0(f / steps), k = op.w_k0 + (f % steps) * Cfg::kKS;
+            for (int at = 0; at < Cfg::kAtoms; ++at)
+                tma_prefetch_2d(&op.maps->w, k + 128 * at, n0);
+        }
+    }
+    template <class Ready>
+    __device__ __forceinline__ void finish(Ready ready) const {
+        ready();                                        // every lane (lane 0 issues the copies)
+        __syncwarp();
+        fence_proxy_async_global();
+        for (int f = 0; f < pre; ++f) issue_a(f);
+        for (int f = pre; f < total; ++f) {
+            mbarrier_wait_parity(sm.empty(f % Cfg::kStages),
+                                 (unsigned)((f / Cfg::kStages - 1) & 1));
+            issue_w(f);
+            issue_a(f);
+        }
     }
 };
 
@@ -602,6 +686,88 @@ __device__ __forceinline__ void sum_k_warps(float *red, int tid) {
             red[x] = v;
         }
         named_barrier_sync(1, Cfg::kConsumers);
+    }
+}
+
+// For a kernel that runs the ring pieces itself (two rings in one CTA): the ring's barriers
+// (thread 0 of the block; a __syncthreads must follow before any use) and their invalidation
+// once every copy has landed and every wait is done (one thread); the 1024-byte aligned base of
+// a ring in dynamic shared memory.
+template <class Cfg>
+__device__ __forceinline__ void init_ring(const Smem<Cfg> &sm) {
+    for (int s = 0; s < Cfg::kStages; ++s) {
+        mbarrier_init(sm.full(s), 1);
+        mbarrier_init(sm.empty(s), Cfg::kConsumerWarps);
+    }
+}
+template <class Cfg>
+__device__ __forceinline__ void inval_ring(const Smem<Cfg> &sm) {
+    for (int s = 0; s < 2 * Cfg::kStages; ++s)
+        asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(
+                         smem_u32(sm.base + Cfg::kBarOffset + 8 * s))
+                     : "memory");
+}
+__device__ __forceinline__ unsigned char *ring_base(unsigned char *smem_in) {
+    return smem_in + ((1024u - (smem_u32(smem_in) & 1023u)) & 1023u);
+}
+
+// The consumers' part of run_tiles (threads tid < kConsumers, after the ring's barriers are
+// initialized and the prologue is done): ready(), the A scale table, then every tile's K loop,
+// K-part sum and epilogue(i, n0, D, T), for a kernel that runs the ring pieces itself. run_tiles
+// keeps its own copy of these steps: calling this from it changed the attention's sm_90a SASS.
+template <class Cfg, class TileN, class Ready, class Epilogue>
+__device__ __forceinline__ void consume_tiles(const Operands &op, int count, const TileN &tile_n0,
+                                              const Smem<Cfg> &sm, const Ready &ready,
+                                              const Epilogue &epilogue) {
+    const int tid = (int)threadIdx.x;
+    // The A scale table: rows t < T from global (written by other CTAs or an earlier kernel,
+    // after ready()), rows T..kTP-1 zero.
+    if (tid == 0) ready();
+    named_barrier_sync(1, Cfg::kConsumers);
+    const int words = op.k_len / 32 / 4;                // k_len / 32 is a multiple of 4
+    for (int i = tid; i < Cfg::kTP * (Cfg::kSfRow / 4); i += Cfg::kConsumers) {
+        const int t = i / (Cfg::kSfRow / 4), wd = i % (Cfg::kSfRow / 4);
+        unsigned v = 0u;
+        if (t < op.T && wd < words)
+            v = __ldcg(reinterpret_cast<const unsigned int *>(op.a_sf + t * op.lda_sf) + wd);
+        reinterpret_cast<unsigned int *>(sm.table())[i] = v;
+    }
+    named_barrier_sync(1, Cfg::kConsumers);
+    float *red = reinterpret_cast<float *>(sm.base + Cfg::kRedOffset);
+    const int steps = op.k_len / Cfg::kKS;
+    const int warp = tid / 32, lane = tid % 32;
+    const int wr = warp % Cfg::kWR, wk = Cfg::kWg ? warp / 4 : warp / Cfg::kWR;
+    for (int i = 0; i < count; ++i) {
+        const int n0 = tile_n0(i);
+        // red[wk][r][t], summed over wk in order 0, 1, ... into red[0]. The first barrier: every
+        // consumer is past the previous epilogue (and, with one tile, done with the ring).
+        float *mine = red + wk * Cfg::kBN * Cfg::kDPitch;
+        if constexpr (Cfg::kWg) {
+            float acc[Cfg::kMB][Cfg::kNT][4];
+            consume_wg<Cfg>(op, n0, i * steps, sm, acc);
+            named_barrier_sync(1, Cfg::kConsumers);
+#pragma unroll
+            for (int mb = 0; mb < Cfg::kMB; ++mb)
+#pragma unroll
+                for (int j = 0; j < Cfg::kNT; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int r = 64 * mb + 16 * (warp % 4) + lane / 4 + 8 * (e / 2);
+                        const int t = 8 * j + 2 * (lane % 4) + e % 2;
+                        if (r < Cfg::kBN) mine[r * Cfg::kDPitch + t] = acc[mb][j][e];
+                    }
+        } else if constexpr (Cfg::kMath == kMathNone) {
+            consume_none<Cfg>(i * steps, steps, sm);
+            named_barrier_sync(1, Cfg::kConsumers);
+        } else {
+            float acc[Cfg::kRT][Cfg::kNT][4];
+            consume<Cfg>(op, n0, i * steps, sm, acc);
+            named_barrier_sync(1, Cfg::kConsumers);
+            store_acc<Cfg>(mine, acc, wr, lane);
+        }
+        named_barrier_sync(1, Cfg::kConsumers);
+        sum_k_warps<Cfg>(red, tid);
+        epilogue(i, n0, static_cast<const float *>(red), op.T);
     }
 }
 

@@ -1,4 +1,5 @@
-// DeepSeek-V4 output projection (mla_output_proj): two kernels, the second PDL-chained.
+// DeepSeek-V4 output projection (mla_output_proj): kernels A (wo_a) and B (wo_b), B PDL-chained,
+// or at T <= 16 both in one launch (output_proj_stream_kernel, at the end of this file).
 //
 // Template parameters (the specs "dsv4_output_proj_a" / "dsv4_output_proj_b" fix them):
 //   kH  hidden size, a multiple of 512 in [512, 4096]
@@ -84,6 +85,9 @@ constexpr int kUnitsPerMTile = kBM * kHeads;
 // claim it while the attention (its PDL primary) still runs; the runtime no longer zeroes the bank
 // before kernel A: kernel B leaves words [0, 128) zeroed, mla_workspace_init zeroes them first.
 constexpr int kTicketWord = 16, kReadyWord0 = 32;
+// The one-launch stream kernel's (output_proj_stream_kernel): CTAs whose o_lora block is stored,
+// and CTAs done (the last one zeroes words [0, 128)).
+constexpr int kOLoraWord = 17, kExitWord = 18;
 constexpr int kSplitWord0 = 128;   // split-K tile counters: words [128, 128 + n-tiles), one m-tile
 
 // wo_a: 64 x 64 tiles, 2 x 2 warps of 32 x 32 (a warp's 32 columns are one o_lora scale group).
@@ -122,6 +126,9 @@ struct ArgsB {
     unsigned int *bank;
     float *part;                 // split-K partials fp32 [gridDim.z][T][kH] (gridDim.z > 1 only)
     long long T, bank_words, slice_steps;
+    // output_proj_stream_kernel: K-steps after each ring's first prefetched to L2, of wo_a at
+    // the start (while the attention's last CTAs run), of wo_b once wo_a is fully issued
+    long long pf_a_steps, pf_b_steps;
 };
 
 template <int kH, int kG>
@@ -386,21 +393,23 @@ __device__ __forceinline__ void zero_bank(unsigned int *bank, long long words) {
     for (long long i = threadIdx.x; i < words; i += kThreads) bank[i] = 0u;
 }
 
-// ---- the weight-streaming kernels (T <= 16, common/stream_gemm.cuh) ---------------------------
+// ---- the weight-streaming kernels (T <= 64, common/stream_gemm.cuh) ---------------------------
 //
-// For T <= 16 tokens both GEMMs are skinny: the runtime launches the *_stream kernels instead,
-// kNT = ceil(T / 8) token tiles of 8 (the kinds take kNT in {1, 2, 4, 8}; the runtime uses 1 and
-// 2: at 4 and 8 the 1-D bulk-copy version measured slower than the tiled kernels). Each GEMM CTA streams one block of W rows
-// over the whole K exactly once (kernel A: 64 rows of one wo_a group, 2H / 64 CTAs after the
-// quantize items; kernel B: 32 rows of wo_b, H / 32 CTAs), so no split-K and no partials. The
-// shared-memory sizes are mirrored in runtime/dsv4_output_proj.c (OP_S_*).
+// For T <= 64 tokens both GEMMs are skinny: the runtime launches the *_stream kernels instead of
+// the tiled ones, kNT = ceil(T / 8) token tiles of 8 (kNT in {1, 2, 4, 8}). Each GEMM CTA streams
+// one block of W rows (kernel A: 64 rows of one wo_a group, 2H / 64 blocks; kernel B: 32 rows of
+// wo_b, H / 32 blocks) over its K range exactly once: the whole K at T <= 16 (grid y 1: no
+// partials), at 16 < T <= 64 one of gridDim.y K slices (fp32 partials in part, the last slice's
+// sum, stream_split_reduce). At T <= 16 the runtime can launch both GEMMs as one kernel
+// (output_proj_stream_kernel, below; MLAJIT_DSV4_OUTPROJ=fused) where the grid fits the SMs. The shared-memory sizes are
+// mirrored in runtime/dsv4_output_proj.c (OP_S_*).
 constexpr int kStreamBnA = 64, kStreamBnB = 32;
 template <int kNT>
 constexpr int stream_stages_a() { return kNT <= 2 ? 5 : 3; }
 template <int kNT>
 constexpr int stream_ks_b() { return kNT <= 2 ? 512 : 256; }
 template <int kNT>
-constexpr int stream_stages_b() { return kNT == 1 ? 5 : 4; }
+constexpr int stream_stages_b() { return kNT == 1 ? 5 : (kNT == 2 ? 4 : 3); }
 template <int kH, int kG, int kNT>
 using StreamCfgA = sgemm::Config<kStreamBnA, kNT, 256, stream_stages_a<kNT>(), kNT >= 4 ? 4 : 1,
                                  Shape<kH, kG>::kK / 32>;
@@ -436,6 +445,42 @@ __device__ __forceinline__ void quantize_share(const ArgsA &a) {
     }
 }
 
+// The K-split stream GEMMs (16 < T <= 64: gridDim.y slices of each W block): the CTA's fp32
+// partial D (rows < kBN, tokens < T, D[r * kDPitch + t]) to part[slice][t][n0 + r] (row stride N),
+// then the slice handshake on counter (as gemm::splitk_arrive, with named barrier 1 of the
+// consumers instead of __syncthreads: the producer warp has left). In the CTA that arrives last
+// (returns true in all its consumer threads) D is overwritten with the sum of every slice's
+// partial in slice order 0, 1, ... (deterministic whichever CTA is last), read with ld.global.cg.
+template <class Cfg>
+__device__ __forceinline__ bool stream_split_reduce(float *D, int T, float *part, int n0,
+                                                    long long N, unsigned int *counter) {
+    const int tid = (int)threadIdx.x, slice = (int)blockIdx.y, slices = (int)gridDim.y;
+    const long long slice_stride = (long long)T * N;
+    for (int i = tid; i < T * Cfg::kBN; i += Cfg::kConsumers) {
+        const int t = i / Cfg::kBN, r = i % Cfg::kBN;
+        part[slice * slice_stride + t * N + n0 + r] = D[r * Cfg::kDPitch + t];
+    }
+    __shared__ unsigned int last;
+    __threadfence();                                  // this thread's partial stores, gpu scope
+    named_barrier_sync(1, Cfg::kConsumers);
+    if (tid == 0) {
+        last = mla::atom_add_acq_rel_gpu(counter, 1u) == (unsigned int)slices - 1u;
+        if (last) *counter = 0u;                      // every slice has arrived
+    }
+    named_barrier_sync(1, Cfg::kConsumers);
+    if (!last) return false;
+    __threadfence();
+    for (int i = tid; i < T * Cfg::kBN; i += Cfg::kConsumers) {
+        const int t = i / Cfg::kBN, r = i % Cfg::kBN;
+        const float *src = part + t * N + n0 + r;
+        float sum = __ldcg(src);
+        for (int j = 1; j < slices; ++j) sum += __ldcg(src + j * slice_stride);
+        D[r * Cfg::kDPitch + t] = sum;
+    }
+    named_barrier_sync(1, Cfg::kConsumers);
+    return true;
+}
+
 // Spins (one thread) until the quantize items have counted every unit of the T tokens.
 __device__ __forceinline__ void wait_units(const ArgsA &a) {
     const unsigned int n = (unsigned int)(a.T * kHeads);
@@ -469,6 +514,13 @@ __device__ __forceinline__ void store_o_lora_stream(const ArgsA &a, const float 
         *reinterpret_cast<uint2 *>(a.o_lora_q + at) = make_uint2(q[0], q[1]);
         if (ql == 0) a.o_lora_sf[(long long)t * (N / 32) + (n0 + c0) / 32] = (unsigned char)sf;
     }
+}
+
+// The one-launch kernel's o_lora ready count: kernel B's part waits until every CTA (gridDim.x
+// of them, all resident: the runtime launches it only when the grid fits the SMs at one CTA per
+// SM) has stored its o_lora block.
+__device__ __forceinline__ void wait_o_lora(const unsigned int *bank) {
+    while (pdl::load_acquire(bank + kOLoraWord) < gridDim.x) __nanosleep(32);
 }
 
 }  // namespace oproj
@@ -529,16 +581,27 @@ __global__ void __launch_bounds__(oproj::StreamCfgA<kH, kG, kNT>::kThreads)
     require_smem<Cfg::kSmemBytes>();
     pdl::launch_dependents();
     const int n0 = (int)blockIdx.x * Cfg::kBN, g = n0 / S::kR;
+    // K slices (grid y) only in the 32- / 64-token kinds (16 < T <= 64; the runtime launches NT 1 /
+    // 2 at T <= 16 with one slice), so that the T <= 16 kinds keep their code.
+    constexpr bool kSplit = kNT >= 4;
+    const KRange kr = kSplit ? slice_range(blockIdx.y, a.slice_steps, S::kK) : KRange{0, S::kK};
     sgemm::Operands op;
-    op.a = a.act_q + (long long)g * S::kK;
-    op.a_sf = a.act_sf + (long long)g * S::kK / 32;
+    op.a = a.act_q + (long long)g * S::kK + kr.k0;
+    op.a_sf = a.act_sf + ((long long)g * S::kK + kr.k0) / 32;
     op.lda = kOCols, op.lda_sf = kOCols / 32;
     op.w = a.wo_a, op.w_sf = a.wo_a_sf, op.ldw = S::kK, op.w_kb = S::kK / 32;
-    op.w_k0 = 0, op.k_len = S::kK, op.T = (int)a.T;
-    op.a_col0 = g * S::kK, op.maps = &maps;
+    op.w_k0 = kr.k0, op.k_len = kr.len, op.T = (int)a.T;
+    op.a_col0 = g * S::kK + kr.k0, op.maps = &maps;
     sgemm::run<Cfg>(
         op, n0, smem, [&] { wait_units(a); },
-        [&](const float *D, int) { store_o_lora_stream<Cfg>(a, D, n0, S::kN); },
+        [&](const float *D, int T) {
+            if constexpr (kSplit)
+                if (gridDim.y > 1 &&
+                    !stream_split_reduce<Cfg>(const_cast<float *>(D), T, a.part, n0, S::kN,
+                                              a.bank + kSplitWord0 + blockIdx.x))
+                    return;
+            store_o_lora_stream<Cfg>(a, D, n0, S::kN);
+        },
         [&] {
             pdl::wait();   // the previous kernel (mla_attention) complete and visible
             quantize_share<Cfg>(a);
@@ -556,19 +619,136 @@ __global__ void __launch_bounds__(oproj::StreamCfgB<kH, kNT>::kThreads)
     extern __shared__ __align__(128) unsigned char smem[];
     require_smem<Cfg::kSmemBytes>();
     const int n0 = (int)blockIdx.x * Cfg::kBN;
+    constexpr bool kSplit = kNT >= 4;                 // K slices (grid y) as in kernel A
+    const KRange kr = kSplit ? slice_range(blockIdx.y, b.slice_steps, 2 * kH) : KRange{0, 2 * kH};
     sgemm::Operands op;
-    op.a = b.o_lora_q, op.a_sf = b.o_lora_sf, op.lda = 2 * kH, op.lda_sf = 2 * kH / 32;
+    op.a = b.o_lora_q + kr.k0, op.a_sf = b.o_lora_sf + kr.k0 / 32;
+    op.lda = 2 * kH, op.lda_sf = 2 * kH / 32;
     op.w = b.wo_b, op.w_sf = b.wo_b_sf, op.ldw = 2 * kH, op.w_kb = 2 * kH / 32;
-    op.w_k0 = 0, op.k_len = 2 * kH, op.T = (int)b.T;
-    op.a_col0 = 0, op.maps = &maps;
+    op.w_k0 = kr.k0, op.k_len = kr.len, op.T = (int)b.T;
+    op.a_col0 = kr.k0, op.maps = &maps;
     sgemm::run<Cfg>(op, n0, smem, [] { pdl::wait(); }, [&](const float *D, int T) {
-        if (blockIdx.x == 0)                      // after the wait: kernel A is complete
+        if (blockIdx.x == 0 && (!kSplit || blockIdx.y == 0))  // after the wait: A is complete
             for (long long i = threadIdx.x; i < b.bank_words; i += Cfg::kConsumers) b.bank[i] = 0u;
+        if constexpr (kSplit)
+            if (gridDim.y > 1 &&
+                !stream_split_reduce<Cfg>(const_cast<float *>(D), T, b.part, n0, kH,
+                                          b.bank + kSplitWord0 + blockIdx.x))
+                return;
         for (int i = (int)threadIdx.x; i < T * Cfg::kBN; i += Cfg::kConsumers) {
             const int t = i / Cfg::kBN, r = i % Cfg::kBN;
             b.out[(long long)t * kH + n0 + r] = __float2bfloat16_rn(D[r * Cfg::kDPitch + t]);
         }
     });
+}
+
+}  // namespace dsv4
+}  // namespace mla
+
+namespace mla {
+namespace dsv4 {
+
+// Kernels A and B for T <= 16 as one launch (kNT = ceil(T / 8)), a programmatic dependent of the
+// attention: CTA i streams the 64-row block i of wo_a (kernel A's CTA i) and then the 32-row
+// block i of wo_b (kernel B's CTA i; 2 kH / 64 == kH / 32 CTAs), each through its own ring in
+// one CTA's shared memory (StreamCfgA's, then StreamCfgB's). The producer warp first issues the
+// W copies of both rings' first stages (neither depends on anything), then finishes the wo_a
+// stream (its act_q copies after every unit is quantized, wait_units), then the wo_b stream (its
+// o_lora_q copies once every CTA has stored its o_lora block, wait_o_lora); it asks L2 for
+// b.pf_a_steps more wo_a steps at the start and b.pf_b_steps more wo_b steps once wo_a is issued
+// (TMA prefetches: nothing waits for them). The consumer warps
+// wait for the attention (griddepcontrol.wait), quantize their share of the units
+// (quantize_share), run the wo_a block with the o_lora epilogue, count the CTA on bank word 17,
+// then run the wo_b block into out. The last CTA out (word 18) zeroes bank words [0, 128).
+// The wait on word 17 needs every CTA resident at once: the runtime launches this kernel only
+// when 2 kH / 64 <= the SM count (one CTA per SM: the two rings take ~215 KB), else the two
+// kernels above. maps_a: W = wo_a, A = act_q, sf = wo_a_sf; maps_b: W = wo_b, A = o_lora_q,
+// sf = wo_b_sf. Results are bit-identical to the two kernels'.
+template <int kH, int kG, int kNT>
+__global__ void __launch_bounds__(oproj::StreamCfgA<kH, kG, kNT>::kThreads)
+    output_proj_stream_kernel(const oproj::ArgsA a, const oproj::ArgsB b,
+                              const __grid_constant__ sgemm::Maps maps_a,
+                              const __grid_constant__ sgemm::Maps maps_b) {
+    using namespace oproj;
+    using S = Shape<kH, kG>;
+    using CA = StreamCfgA<kH, kG, kNT>;
+    using CB = StreamCfgB<kH, kNT>;
+    static_assert(CA::kThreads == CB::kThreads && CA::kConsumers == CB::kConsumers,
+                  "one block for both GEMMs");
+    static_assert(2 * kH / CA::kBN == kH / CB::kBN, "one wo_a block and one wo_b block per CTA");
+    extern __shared__ __align__(128) unsigned char smem[];
+    require_smem<CA::kSmemBytes + CB::kSmemBytes>();
+    pdl::launch_dependents();
+    const sgemm::Smem<CA> sma{sgemm::ring_base(smem)};
+    const sgemm::Smem<CB> smb{sgemm::ring_base(smem + CA::kSmemBytes)};
+    const int na = (int)blockIdx.x * CA::kBN, g = na / S::kR, nb = (int)blockIdx.x * CB::kBN;
+    sgemm::Operands oa;
+    oa.a = a.act_q + (long long)g * S::kK;
+    oa.a_sf = a.act_sf + (long long)g * S::kK / 32;
+    oa.lda = kOCols, oa.lda_sf = kOCols / 32;
+    oa.w = a.wo_a, oa.w_sf = a.wo_a_sf, oa.ldw = S::kK, oa.w_kb = S::kK / 32;
+    oa.w_k0 = 0, oa.k_len = S::kK, oa.T = (int)a.T;
+    oa.a_col0 = g * S::kK, oa.maps = &maps_a;
+    sgemm::Operands ob;
+    ob.a = b.o_lora_q, ob.a_sf = b.o_lora_sf, ob.lda = 2 * kH, ob.lda_sf = 2 * kH / 32;
+    ob.w = b.wo_b, ob.w_sf = b.wo_b_sf, ob.ldw = 2 * kH, ob.w_kb = 2 * kH / 32;
+    ob.w_k0 = 0, ob.k_len = 2 * kH, ob.T = (int)b.T;
+    ob.a_col0 = 0, ob.maps = &maps_b;
+    const auto tile_a = [na](int) { return na; };
+    const auto tile_b = [nb](int) { return nb; };
+    const int tid = (int)threadIdx.x;
+    if (tid == 0) {
+        sgemm::init_ring<CA>(sma);
+        sgemm::init_ring<CB>(smb);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (tid >= CA::kConsumers + 32) return;
+    if (tid >= CA::kConsumers) {                        // the producer warp
+        const sgemm::Producer<CA, decltype(tile_a)> pa(oa, 1, tile_a, sma);
+        const sgemm::Producer<CB, decltype(tile_b)> pb(ob, 1, tile_b, smb);
+        pa.start();
+        pb.start();
+        // The wo_a steps after its ring's into L2 while the consumers wait for the attention and
+        // the quantized units; the wo_b steps after its ring's once wo_a is issued (so that DRAM
+        // keeps streaming through the switch from wo_a to wo_b).
+        pa.prefetch_w((int)b.pf_a_steps);
+        pa.finish([&] { wait_units(a); });
+        pb.prefetch_w((int)b.pf_b_steps);
+        pb.finish([&] { wait_o_lora(b.bank); });
+        return;
+    }
+    pdl::wait();                       // the previous kernel (mla_attention) complete and visible
+    quantize_share<CA>(a);
+    sgemm::consume_tiles<CA>(oa, 1, tile_a, sma, [&] { wait_units(a); },
+                             [&](int, int, const float *D, int) {
+                                 store_o_lora_stream<CA>(a, D, na, S::kN);
+                             });
+    named_barrier_sync(1, CA::kConsumers);              // every o_lora store of the CTA issued
+    if (tid == 0) {
+        __threadfence();
+        atomicAdd(b.bank + kOLoraWord, 1u);
+    }
+    sgemm::consume_tiles<CB>(ob, 1, tile_b, smb, [&] { wait_o_lora(b.bank); },
+                             [&](int, int, const float *D, int T) {
+                                 for (int i = tid; i < T * CB::kBN; i += CB::kConsumers) {
+                                     const int t = i / CB::kBN, r = i % CB::kBN;
+                                     b.out[(long long)t * kH + nb + r] =
+                                         __float2bfloat16_rn(D[r * CB::kDPitch + t]);
+                                 }
+                             });
+    // Every copy has landed and every wait is done (the producer's too: the consumers waited for
+    // every stage it filled after its last bank read).
+    named_barrier_sync(1, CA::kConsumers);
+    if (tid == 0) {
+        sgemm::inval_ring<CA>(sma);
+        sgemm::inval_ring<CB>(smb);
+        __threadfence();
+        if (atomicAdd(b.bank + kExitWord, 1u) == gridDim.x - 1) {
+            __threadfence();
+            for (long long i = 0; i < b.bank_words; ++i) b.bank[i] = 0u;
+        }
+    }
 }
 
 }  // namespace dsv4
