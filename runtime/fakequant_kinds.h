@@ -92,7 +92,7 @@ static inline int mla__fq_mma_cluster(long long k_qdq, long long v_qdq) {
 /* sm_90a decode (decode_sm90.cu): the same parameter block as decode_mma.cu's and the cache's TMA
  * descriptor; 64 heads per CTA, page_size % 8 == 0; without P quantization one slot per chunk of
  * G "virtual splits" of MLA__FQ_SM90_VIRTUAL_TILES tiles, G = ceil(ceil(tiles / 64) / splits). */
-#define MLA__FQ_DECODE_SM90_SMEM 230944   /* decode_sm90.cu kSmemBytes */
+#define MLA__FQ_DECODE_SM90_SMEM 231968   /* decode_sm90.cu kSmemBytes */
 /* The modes (K, V, P) the sm_90a decode runs by default where it applies (else decode_mma.cu,
  * unless $MLAJIT_FAKEQUANT_DECODE=sm90): those where it measured faster on the H200
  * (docs/perf-notes.md, "Fake-quant decode on wgmma"). */
