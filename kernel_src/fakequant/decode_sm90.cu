@@ -77,6 +77,7 @@ constexpr int kSmemUsed = kMxOff + 2 * kHeads * 4;
 constexpr int kSmemBytes = 230944 + 1024;       // the larger layout (the alternation's, below)
 constexpr int kKSteps = kD / 16 / 2;            // 18 k16 steps per warpgroup
 constexpr int kVirtualTiles = 64;               // p none: the running max restarts every 64 tiles
+constexpr int kPChunkTiles = 64;                // P quantized: chunks of >= 64 tiles (the host's slots)
 static_assert(kSmemBytes == 231968, "runtime/fakequant_kinds.h MLA__FQ_DECODE_SM90_SMEM");
 static_assert(kSmemUsed + 1024 <= kSmemBytes, "the feature split's layout fits");
 static_assert(kSmemBytes <= 232448, "fits the sm_90 shared memory of one CTA");
@@ -100,8 +101,13 @@ __device__ __forceinline__ unsigned toff(int r, int c) {
 template <int kP>
 __device__ __forceinline__ void chunk_of(int s, int splits, int c, int &tps, int &begin,
                                          int &end) {
-    if constexpr (kP != kNone) {
-        mmadec::chunk_tiles(s, splits, c, tps, begin, end);
+    if constexpr (kP != kNone) {   // decode_mma.cu's chunk_tiles with chunks of >= kPChunkTiles
+        const int nt = (s + kTile - 1) / kTile;
+        tps = nt ? (nt + splits - 1) / splits : 1;
+        const int g = tps >= kPChunkTiles ? 1 : (kPChunkTiles + tps - 1) / tps;
+        const long long b = (long long)c * g * tps, e = b + (long long)g * tps;
+        begin = b < nt ? (int)b : nt;
+        end = e < nt ? (int)e : nt;
     } else {
         const int nt = (s + kTile - 1) / kTile;
         const int nv = (nt + kVirtualTiles - 1) / kVirtualTiles;
@@ -718,6 +724,16 @@ __device__ __forceinline__ void split_step64(RowSplit &st, const float (&mx)[2][
     }
 }
 
+// nvfp4_code of a p in [0, 1] with a finite 1 / sb or sb = 0 (the host runs this kernel with P
+// NVFP4 only for p_scale >= 2^-100, so sb = sc p_scale >= 2^-109 when not 0): nvfp4_code_fast's
+// steps without the sign and the infinite-quotient case (p rsb <= 2^109), and 0 for sb = 0 by a
+// select, so no branch per element.
+__device__ __forceinline__ float p_code_nvfp4(float x, const Nvfp4Scale &s) {
+    const float q0 = __fmul_rn(x, s.rsb);
+    const float q1 = __fmaf_rn(__fmaf_rn(-q0, s.sb, x), s.rsb, q0);
+    return select(s.sb == 0.f, 0.f, e2m1_mag_fast(q1) * s.sc);
+}
+
 // p = 2^(x - e) of each half in place, the unquantized row sums of the halves times g added to lw,
 // then the P codes (after the row sum) times g, rounded to the cache dtype, as the A fragments of
 // the 4 k16 steps of P V (pa[kk]: keys [16 kk, +16), rows r and r + 8).
@@ -760,9 +776,7 @@ __device__ __forceinline__ void p_codes64(float (&x)[8][4], const float (&e)[2][
                                                     fp8_scaled(x1, p.p_scale, rp));
                     c0 = mmadec::h2f<true>(u), c1 = mmadec::h2f<true>(u >> 16);
                 } else if constexpr (kP == kNvfp4) {
-                    const bool fast = nvfp4_fast(bs);
-                    c0 = fast ? nvfp4_code_fast(x0, bs) : nvfp4_code(x0, bs);
-                    c1 = fast ? nvfp4_code_fast(x1, bs) : nvfp4_code(x1, bs);
+                    c0 = p_code_nvfp4(x0, bs), c1 = p_code_nvfp4(x1, bs);
                 } else {
                     c0 = x0, c1 = x1;
                 }
@@ -1001,8 +1015,19 @@ __global__ void __launch_bounds__(sm90dec::kThreads, 1) decode_sm90_kernel(
     // A fragments in registers (the alternation: all four).
     bool inexact = false;
     const int qa = p.q_fp32 ? 4 : 8;   // elements of 16 bytes
-    if ((reinterpret_cast<unsigned long long>(p.q) & 15) == 0 && p.q_stride_b % qa == 0 &&
-        p.q_stride_h % qa == 0) {
+    const bool q16 = (reinterpret_cast<unsigned long long>(p.q) & 15) == 0 &&
+                     p.q_stride_b % qa == 0 && p.q_stride_h % qa == 0;
+    if (q16 && !p.q_fp32) {   // 16-bit q: cp.async, all 16 chunks of a thread in flight at once
+        const unsigned short *q = static_cast<const unsigned short *>(p.q) + (long long)b * p.q_stride_b;
+#pragma unroll
+        for (int i = tid; i < kHeads * (kRank / 8); i += kThreads) {
+            const int r = i / (kRank / 8), c = i - r * (kRank / 8);
+            const bool ok = h0 + r < p.heads;
+            flashmla::cp_async_16(base + kQOff + flashmla::sm90::tile_off(r, c),
+                                  q + (long long)(ok ? h0 + r : 0) * p.q_stride_h + c * 8, ok);
+        }
+        flashmla::cp_async_commit();
+    } else if (q16) {
 #pragma unroll 4
         for (int i = tid; i < kHeads * (kRank / 8); i += kThreads) {
             const int r = i / (kRank / 8), c = i - r * (kRank / 8);
@@ -1030,6 +1055,7 @@ __global__ void __launch_bounds__(sm90dec::kThreads, 1) decode_sm90_kernel(
             q8[j][3] = mmadec::q_pair<kF16>(p, b, h0 + ra + 8, f + 8, inexact);
         }
     }
+    flashmla::cp_async_wait<0>();
     fence_proxy_async_shared();
     const bool need_lo = __syncthreads_or(inexact) != 0;
     if constexpr (kAlt)
