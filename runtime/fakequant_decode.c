@@ -279,12 +279,16 @@ static int use_sm90(const mla_runtime *rt, const mla_attention_decode_args *a, c
            (rt->fakequant_decode_sm90 || mla__fq_sm90_default(a->k_qdq, a->v_qdq, a->p_qdq));
 }
 
-/* Workspace slots of the sm_90a decode: decode_mma.cu's with P quantized; without, its chunks of
- * G = ceil(v / S) virtual splits of 64 tiles (v of them, at most that of the longest request
- * the block table holds), so at most min(v, S). */
+/* Workspace slots of the sm_90a decode (for the longest request the block table holds): with P
+ * quantized its chunks of G splits, G tps >= MLA__FQ_SM90_P_CHUNK_TILES tiles, so at most
+ * ceil(tiles / 128) and S; without, its chunks of G = ceil(v / S) virtual splits of 64 tiles (v
+ * of them), so at most min(v, S). */
 static int sm90_slots(const mla_attention_decode_args *a, const dims *d) {
-    if (a->p_qdq != MLA_QDQ_NONE) return mma_slots(d);
     long long cap = (long long)d->max_blocks * d->page, tiles = (cap + MLA__FQ_TILE - 1) / MLA__FQ_TILE;
+    if (a->p_qdq != MLA_QDQ_NONE) {   /* decode_mma.cu's chunks, of >= 128 tiles */
+        long long n = (tiles + MLA__FQ_SM90_P_CHUNK_TILES - 1) / MLA__FQ_SM90_P_CHUNK_TILES;
+        return n < 1 ? 1 : n > d->splits ? d->splits : (int)n;
+    }
     long long v = (tiles + MLA__FQ_SM90_VIRTUAL_TILES - 1) / MLA__FQ_SM90_VIRTUAL_TILES;
     return v < 1 ? 1 : v > d->splits ? d->splits : (int)v;
 }

@@ -118,6 +118,7 @@ static inline int mla__fq_dense_modes(int k_qdq, int v_qdq, int p_qdq, int q_fp3
  * FlashMLA split slots and its schedule). runtime/fakequant_decode.c. */
 size_t mla__fq_decode_ws_bytes(long long batch, long long heads, int splits, int rank, int rope);
 #define MLA__FQ_SM90_VIRTUAL_TILES 64     /* decode_sm90.cu kVirtualTiles */
+#define MLA__FQ_SM90_P_CHUNK_TILES 128    /* decode_sm90.cu kPChunkTiles: P quantized, chunks of >= */
 #define MLA__FQ_SM90_MAX_BOX_ROWS 32      /* decode_sm90.cu load_tile: rows of a TMA box */
 
 typedef struct mla__fq_decode_mma_params {

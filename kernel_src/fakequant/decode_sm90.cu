@@ -77,7 +77,11 @@ constexpr int kSmemUsed = kMxOff + 2 * kHeads * 4;
 constexpr int kSmemBytes = 230944 + 1024;       // the larger layout (the alternation's, below)
 constexpr int kKSteps = kD / 16 / 2;            // 18 k16 steps per warpgroup
 constexpr int kVirtualTiles = 64;               // p none: the running max restarts every 64 tiles
-constexpr int kPChunkTiles = 64;                // P quantized: chunks of >= 64 tiles (the host's slots)
+// P quantized: chunks of >= 128 tiles (4096 keys; runtime/fakequant_kinds.h
+// MLA__FQ_SM90_P_CHUNK_TILES, the host's slots): 64 measured 8 % (4k) / 17 % (16k) slower on the
+// H200 (more CTA starts and partials), 256 the same as 128 at b 128 with half the CTAs for few
+// long requests (docs/perf-notes.md).
+constexpr int kPChunkTiles = 128;
 static_assert(kSmemBytes == 231968, "runtime/fakequant_kinds.h MLA__FQ_DECODE_SM90_SMEM");
 static_assert(kSmemUsed + 1024 <= kSmemBytes, "the feature split's layout fits");
 static_assert(kSmemBytes <= 232448, "fits the sm_90 shared memory of one CTA");
@@ -625,9 +629,14 @@ static_assert(kAUsed + 1024 <= kSmemBytes, "the launch's shared memory holds the
 
 // Named barriers of the alternation: M0 / M1 the row maxima of warpgroup 0's / 1's tile written,
 // P0 / P1 its P tile written, P0F warpgroup 1 done with sP0 (arrived by one warpgroup, waited for
-// by the other); 6 and 7 are flashmla::sm90::zero_tail_rows'; E0, E1 the final row-sum exchange.
+// by the other); 6 and 7 are flashmla::sm90::zero_tail_rows'; E0, E1 the final row-sum exchange;
+// Q0 warpgroup 0's S of the pair done (kAltSkew).
 enum AltBarrier : int { kAM0 = 1, kAM1 = 2, kAP0Bar = 3, kAP1Bar = 4, kAP0Free = 5, kAE0 = 8,
-                        kAE1 = 9 };
+                        kAE1 = 9, kAQ0 = 10 };
+// Skew: warpgroup 1 issues its Q K^T once warpgroup 0's is done (barrier Q0), so that it runs
+// under warpgroup 0's softmax and P codes, and warpgroup 1's under warpgroup 0's first P V,
+// instead of both products together and both softmaxes together with the tensor cores idle.
+constexpr bool kAltSkew = true;
 
 // The key row thread wt of a warpgroup supplies for the 64-key tile at key t0 (row wt / 2): its
 // block (-1: t >= t_stop, read as zeros) and its row in the page (the block-table read is issued
@@ -875,9 +884,13 @@ __device__ __forceinline__ void run_alt64(const MmaDecodeParams &p, const TmaDes
         if (w == 0) {
             flashmla::sm90::qk_tile<kF16, false>(sc, q8, q_a, k0, bar0, phase[0]);
             phase[0] ^= 1;
-        } else if (has_b) {
-            flashmla::sm90::qk_tile<kF16, false>(sc, q8, q_a, k1, bar1, phase[1]);
-            phase[1] ^= 1;
+            if (kAltSkew) named_barrier_arrive(kAQ0, kThreads);
+        } else {
+            if (kAltSkew) named_barrier_sync(kAQ0, kThreads);   // warpgroup 0's S done
+            if (has_b) {
+                flashmla::sm90::qk_tile<kF16, false>(sc, q8, q_a, k1, bar1, phase[1]);
+                phase[1] ^= 1;
+            }
         }
         if (w == 0) {
             const int t0 = key0 + ta * 64;
