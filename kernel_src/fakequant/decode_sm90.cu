@@ -4,7 +4,11 @@
 // codes exact in 16 bits, the per-tensor factors qk_eff and pv_eff applied to the fp32 results,
 // the 32-token tiles, the fixed split schedule with the running max restarting per split, P
 // quantized after the row sum, the open 16-token V tail, chunks of splits folded into one
-// accumulator and merged by decode.cu's combine), with one difference: with p_qdq none, P enters
+// accumulator and merged by decode.cu's combine; P-quantized chunks of >= 128 tiles here), with
+// two differences. (1) In the tile alternation on 64-key tiles (run_alt64, below) the two spec
+// tiles of a 64-key tile enter one P V product, the P codes of each half times 2^(e - R) (its
+// exponent against the tile's larger one) rounded to the cache dtype: exact where that factor is
+// 1, else an error of at most 2^-9 (bf16) of those P values. (2) With p_qdq none, P enters
 // P V rounded once to the cache dtype (upstream's `p.to(v.dtype) @ v`, FlashMLA's bf16 P) instead
 // of decode_mma.cu's hi + lo halves, and the schedule of those calls does not depend on
 // num_kv_splits: the running max restarts every 64 tiles (a "virtual split" of 2048 tokens from
@@ -13,15 +17,16 @@
 // not part of the numerics, spec §2.4).
 //
 // Template parameters as decode_mma.cu's: kF16 (cache and MMA type float16, else bfloat16), kK,
-// kV, kP the QdqMode of K, V, P. Shapes: kv_lora_rank 512, qk_rope_head_dim 64, page_size % 8 == 0
+// kV, kP the QdqMode of K, V, P; then kQ32 (q is fp32: without K and V quantization the feature
+// split instead of the alternation, for the residual product of an inexact q). Shapes: kv_lora_rank 512, qk_rope_head_dim 64, page_size % 8 == 0
 // (the host runs decode_mma.cu otherwise). Kernel parameters: MmaDecodeParams and the TMA
 // descriptor of the cache (runtime/fakequant_decode.c: the 4-D tensor (576 columns, 1, page,
 // num_blocks), boxes of 64 columns x R rows, R = min(largest power of two dividing page_size, 32),
 // 128-byte swizzle).
 //
 // CTA: 64 heads of one request and chunk (grid: head blocks, slots, batch), two warpgroups. With K
-// and V unquantized they take alternate tiles (run_pairs, below); with K or V quantized (the
-// feature split, run_chunk) each computes a *partial* S of the whole 64 x 32 tile over half of the 576 features (warpgroup w:
+// and V unquantized (and a 16-bit q) they take alternate 64-key tiles (run_alt64, below, with its
+// own shared-memory layout); otherwise (the feature split, run_chunk) each computes a *partial* S of the whole 64 x 32 tile over half of the 576 features (warpgroup w:
 // features [256 w, +256) with Q from shared memory, and [512 + 32 w, +32) of the RoPE part with
 // Q from registers: 18 wgmma.m64n32k16, K from shared memory), the two partials are exchanged
 // through shared memory and summed in the same order by both, so both hold the same S and run the
@@ -44,7 +49,7 @@
 // element (r, k) at (k / 64) * piece + r * 128 + (((k % 64) / 8) ^ (r & 7)) * 16 + (k % 8) * 2):
 //   Q 64 x 512 (pieces of 8192) 0 | raw stages 4 x 32 x 576 (pieces of 4096) 65536 (K quantized:
 //   3 stages, then Kc) | sS [2 warpgroups][16 floats][128 threads] 212992 | mbarriers (one per
-//   stage) 229376 | 229408 bytes + 1024 for alignment.
+//   stage) 229376 | 229408 bytes (the alternation's layout: 230944) + 1024 for alignment.
 #include "common/mbarrier.cuh"
 #include "common/wgmma.cuh"
 #include "fakequant/decode_mma.cu"
