@@ -78,8 +78,14 @@ mla_status mla__fakequant_decode_mma_build(const mla__spec *spec, char *name_exp
 
 mla_status mla__fakequant_decode_sm90_build(const mla__spec *spec, char *name_expr, size_t size,
                                             mla__launch_info *launch) {
+    /* decode_text's four, then q_fp32 (0: q of the cache dtype, 1: fp32) */
+    static const char *const names[] = {"cache_dtype", "k_qdq", "v_qdq", "p_qdq", "q_fp32"};
+    static const long long max[] = {1, 2, 2, 2, 1};
+    MLA_FORWARD_IF_ERROR(mla__fq_check_params(spec, names, max, 5));
     char text[128];
-    MLA_FORWARD_IF_ERROR(decode_text(spec, "mla::fakequant::decode_sm90_kernel", &text));
+    snprintf(text, sizeof text, "mla::fakequant::decode_sm90_kernel<%s, %lld, %lld, %lld, %s>",
+             spec->params[0].value ? "true" : "false", spec->params[1].value,
+             spec->params[2].value, spec->params[3].value, spec->params[4].value ? "true" : "false");
     return set_launch(spec, name_expr, size, text, MLA__FQ_THREADS, MLA__FQ_DECODE_SM90_SMEM,
                       launch);
 }

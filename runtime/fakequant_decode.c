@@ -271,16 +271,25 @@ static mla_status launch_decode_mma(mla_runtime *rt, const mla_attention_decode_
  * runs for the modes of mla__fq_sm90_default, or every mode with $MLAJIT_FAKEQUANT_DECODE=sm90. */
 static int use_sm90(const mla_runtime *rt, const mla_attention_decode_args *a, const dims *d) {
     const mla__kernel_kind *k = mla__kernel_kind_find("fakequant_decode_sm90");
+    /* its tile alternation (K, V unquantized, 16-bit q) takes NVFP4 P codes without the fallback
+     * for an infinite 1 / block scale: P's global scale at least 2^-100 */
+    int alt = !a->k_qdq && !a->v_qdq && !d->q_fp32;
+    if (alt && a->p_qdq == MLA_QDQ_NVFP4 && !(mla__fq_scale(a->p_qdq, a->p_qdq_amax) >= 0x1p-100f))
+        return 0;
     return !rt->fakequant_decode_mma && k && !strcmp(rt->arch, k->only_arch) && d->page % 8 == 0 &&
            (rt->fakequant_decode_sm90 || mla__fq_sm90_default(a->k_qdq, a->v_qdq, a->p_qdq));
 }
 
-/* Workspace slots of the sm_90a decode: decode_mma.cu's with P quantized; without, its chunks of
- * G = ceil(v / S) virtual splits of 64 tiles (v of them, at most that of the longest request
- * the block table holds), so at most min(v, S). */
+/* Workspace slots of the sm_90a decode (for the longest request the block table holds): with P
+ * quantized its chunks of G splits, G tps >= MLA__FQ_SM90_P_CHUNK_TILES tiles, so at most
+ * ceil(tiles / 128) and S; without, its chunks of G = ceil(v / S) virtual splits of 64 tiles (v
+ * of them), so at most min(v, S). */
 static int sm90_slots(const mla_attention_decode_args *a, const dims *d) {
-    if (a->p_qdq != MLA_QDQ_NONE) return mma_slots(d);
     long long cap = (long long)d->max_blocks * d->page, tiles = (cap + MLA__FQ_TILE - 1) / MLA__FQ_TILE;
+    if (a->p_qdq != MLA_QDQ_NONE) {   /* decode_mma.cu's chunks, of >= 128 tiles */
+        long long n = (tiles + MLA__FQ_SM90_P_CHUNK_TILES - 1) / MLA__FQ_SM90_P_CHUNK_TILES;
+        return n < 1 ? 1 : n > d->splits ? d->splits : (int)n;
+    }
     long long v = (tiles + MLA__FQ_SM90_VIRTUAL_TILES - 1) / MLA__FQ_SM90_VIRTUAL_TILES;
     return v < 1 ? 1 : v > d->splits ? d->splits : (int)v;
 }
@@ -322,6 +331,10 @@ static mla_status launch_decode_sm90(mla_runtime *rt, const mla_attention_decode
     mla__fq_decode_mma_params p = mma_params(a, d, slots);
     mla__spec spec;
     MLA_FORWARD_IF_ERROR(decode_spec(a, d, "fakequant_decode_sm90", &spec));
+    /* q_fp32 changes the kernel only without K and V quantization (the feature split instead of
+     * the tile alternation); elsewhere 0, so that both q dtypes share one specialization */
+    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "q_fp32",
+                                       d->q_fp32 && !a->k_qdq && !a->v_qdq ? 1 : 0));
     const mla__kernel *k = NULL;
     MLA_FORWARD_IF_ERROR(mla__get_kernel(rt, &spec, &k));
     unsigned hb = (unsigned)((d->heads + MLA__FQ_MMA_HEADS - 1) / MLA__FQ_MMA_HEADS);

@@ -88,7 +88,7 @@ static inline int mla__fq_mma_cluster(long long k_qdq, long long v_qdq) {
 /* sm_90a decode (decode_sm90.cu): the same parameter block as decode_mma.cu's and the cache's TMA
  * descriptor; 64 heads per CTA, page_size % 8 == 0; without P quantization one slot per chunk of
  * G "virtual splits" of MLA__FQ_SM90_VIRTUAL_TILES tiles, G = ceil(ceil(tiles / 64) / splits). */
-#define MLA__FQ_DECODE_SM90_SMEM 230944   /* decode_sm90.cu kSmemBytes */
+#define MLA__FQ_DECODE_SM90_SMEM 231968   /* decode_sm90.cu kSmemBytes */
 /* The modes (K, V, P) the sm_90a decode runs by default where it applies (else decode_mma.cu,
  * unless $MLAJIT_FAKEQUANT_DECODE=sm90): those where it measured faster on the H200
  * (docs/perf-notes.md, "Fake-quant decode on wgmma"). */
@@ -115,6 +115,7 @@ static inline int mla__fq_dense_modes(int k_qdq, int v_qdq, int p_qdq, int q_fp3
  * FlashMLA split slots and its schedule). runtime/fakequant_decode.c. */
 size_t mla__fq_decode_ws_bytes(long long batch, long long heads, int splits, int rank, int rope);
 #define MLA__FQ_SM90_VIRTUAL_TILES 64     /* decode_sm90.cu kVirtualTiles */
+#define MLA__FQ_SM90_P_CHUNK_TILES 128    /* decode_sm90.cu kPChunkTiles: P quantized, chunks of >= */
 #define MLA__FQ_SM90_MAX_BOX_ROWS 32      /* decode_sm90.cu load_tile: rows of a TMA box */
 
 typedef struct mla__fq_decode_mma_params {

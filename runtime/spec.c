@@ -13,6 +13,8 @@
 static const char *const no_params[] = {NULL};
 static const char *const fakequant_qdq_params[] = {"in_dtype", "mode", NULL};
 static const char *const fakequant_decode_params[] = {"cache_dtype", "k_qdq", "v_qdq", "p_qdq", NULL};
+static const char *const fakequant_decode_sm90_params[] = {"cache_dtype", "k_qdq", "v_qdq", "p_qdq",
+                                                           "q_fp32", NULL};
 static const char *const fakequant_combine_params[] = {"out_dtype", NULL};
 static const char *const fakequant_prefill_params[] = {"dtype", "q_quant", "k_quant", "p_quant",
                                                        "v_quant", "sparsity_m", NULL};
@@ -73,7 +75,7 @@ static const mla__kernel_kind kinds[] = {
      mla__fakequant_decode_build},
     {"fakequant_decode_mma", "fakequant/decode_mma.cu", fakequant_decode_params,
      mla__fakequant_decode_mma_build},
-    {"fakequant_decode_sm90", "fakequant/decode_sm90.cu", fakequant_decode_params,
+    {"fakequant_decode_sm90", "fakequant/decode_sm90.cu", fakequant_decode_sm90_params,
      mla__fakequant_decode_sm90_build, "sm_90a"},
     {"fakequant_decode_combine", "fakequant/decode.cu", fakequant_combine_params,
      mla__fakequant_combine_build},

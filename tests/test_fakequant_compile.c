@@ -26,7 +26,7 @@ typedef struct compile_case {
 
 #define N_PREFILL 12
 #define N_PER_ARCH (6 + 2 * 54 + 3 + 2 + 2 * N_PREFILL + 6)
-#define N_SM90 54   /* the sm_90a decode, for sm_90a only (its kind's only arch) */
+#define N_SM90 60   /* the sm_90a decode, for sm_90a only (its kind's only arch): 54 + 6 with q_fp32 */
 static compile_case cases[2 * N_PER_ARCH + N_PREFILL + N_SM90];
 
 static compile_case *add_case(int *n, const char *arch, const char *kernel, int count, int v0,
@@ -89,13 +89,16 @@ static void fill_cases(void) {
             c->v[4] = x32[i][4], c->v[5] = x32[i][5], c->v[6] = 192, c->v[7] = 128;
             c->v[8] = 4, c->v[9] = 32;
         }
-        /* the sm_90a decode (wgmma, TMA): every specialization, for sm_90a only */
+        /* the sm_90a decode (wgmma, TMA): every specialization the runtime uses, for sm_90a only
+         * (q_fp32 1 only without K and V quantization, runtime/fakequant_decode.c) */
         if (a == 0)
             for (int c = 0; c < 2; c++)
                 for (int k = 0; k < 3; k++)
                     for (int v = 0; v < 3; v++)
                         for (int p = 0; p < 3; p++)
-                            add_case(&n, archs[a], "fakequant_decode_sm90", 4, c, k, v, p);
+                            for (int q = 0; q < (k || v ? 1 : 2); q++)
+                                add_case(&n, archs[a], "fakequant_decode_sm90", 5, c, k, v, p)
+                                    ->v[4] = q;
         /* and 8 warps of 16 rows for the same none and 2:4 */
         for (int i = 0; i < 4; i += 3) {
             compile_case *c = add_case(&n, archs[a], "fakequant_prefill_mma", 10, x32[i][0],
@@ -174,8 +177,8 @@ Test(fakequant_compile, builders_refuse_bad_specs) {
         {"fakequant_decode", 3, {0, 0, 0}}, {"fakequant_decode_mma", 4, {2, 0, 0, 0}},
         {"fakequant_dense_combine", 1, {2}}, {"fakequant_dense_combine", 0, {0}},
         {"fakequant_decode_mma", 4, {0, 0, 3, 0}}, {"fakequant_decode_mma", 3, {0, 0, 0}},
-        {"fakequant_decode_sm90", 4, {2, 0, 0, 0}}, {"fakequant_decode_sm90", 4, {0, 0, 0, 3}},
-        {"fakequant_decode_sm90", 3, {0, 0, 0}},
+        {"fakequant_decode_sm90", 5, {2, 0, 0, 0, 0}}, {"fakequant_decode_sm90", 5, {0, 0, 0, 3, 0}},
+        {"fakequant_decode_sm90", 5, {0, 0, 0, 0, 2}}, {"fakequant_decode_sm90", 4, {0, 0, 0, 0}},
         {"fakequant_decode_combine", 1, {3}},
         {"fakequant_prefill", 6, {2, 0, 0, 0, 0, 0}}, {"fakequant_prefill", 6, {0, 3, 0, 0, 0, 0}},
         {"fakequant_prefill", 6, {0, 0, 0, 0, 0, 6}}, {"fakequant_prefill", 6, {0, 0, 0, 0, 0, 9}},

@@ -115,6 +115,7 @@ int bench_flashmla_sparse_prefill_h16(bench_ctx *ctx);
  * modes none / all fp8 / all nvfp4 and with 2:4 sparsity. */
 int bench_fakequant_decode_4k(bench_ctx *ctx);
 int bench_fakequant_decode_16k(bench_ctx *ctx);
+int bench_fakequant_decode_p(bench_ctx *ctx);
 int bench_fakequant_decode_b4(bench_ctx *ctx);
 int bench_fakequant_decode_none(bench_ctx *ctx);
 int bench_fakequant_prefill_8k(bench_ctx *ctx);

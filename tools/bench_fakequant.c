@@ -146,6 +146,7 @@ typedef struct fq_decode_shape {
     double flashmla_us;
     int batch;        /* requests (at most FQ_B) */
     int n_modes;      /* the first n_modes of fq_decode_modes */
+    unsigned skip;    /* bit i set: mode i not run */
 } fq_decode_shape;
 
 typedef struct fq_mode {
@@ -255,6 +256,7 @@ static int fq_decode_run(bench_ctx *ctx, const fq_decode_shape *sh) {
     BENCH_CU(rt, cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
     for (int i = 0; i < sh->n_modes; i++) {
         const fq_mode *m = &fq_decode_modes[i];
+        if (sh->skip >> i & 1) continue;
         mla_attention_decode_args *a = &f->args;
         int iters = ctx->iters ? ctx->iters : 20;
         double sec = 0;
@@ -281,6 +283,14 @@ int bench_fakequant_decode_4k(bench_ctx *ctx) {
 int bench_fakequant_decode_16k(bench_ctx *ctx) {
     static const fq_decode_shape sh = {"fq-dec-16k", 16384, 870.0, FQ_B, 9};
     return fq_decode_run(ctx, &sh);
+}
+
+/* The P modes alone (none, p-fp8, p-nvfp4) at both lengths. */
+int bench_fakequant_decode_p(bench_ctx *ctx) {
+    static const fq_decode_shape sh4 = {"fq-dec-4k", 4096, 230.0, FQ_B, 7, 0x36};
+    static const fq_decode_shape sh16 = {"fq-dec-16k", 16384, 870.0, FQ_B, 7, 0x36};
+    int rc = fq_decode_run(ctx, &sh4);
+    return rc != CLI_OK ? rc : fq_decode_run(ctx, &sh16);
 }
 
 /* A small batch (no quantization, and P fp8): how the schedule spreads 4 long requests. */

@@ -4,7 +4,11 @@
 // codes exact in 16 bits, the per-tensor factors qk_eff and pv_eff applied to the fp32 results,
 // the 32-token tiles, the fixed split schedule with the running max restarting per split, P
 // quantized after the row sum, the open 16-token V tail, chunks of splits folded into one
-// accumulator and merged by decode.cu's combine), with one difference: with p_qdq none, P enters
+// accumulator and merged by decode.cu's combine; P-quantized chunks of >= 128 tiles here), with
+// two differences. (1) In the tile alternation on 64-key tiles (run_alt64, below) the two spec
+// tiles of a 64-key tile enter one P V product, the P codes of each half times 2^(e - R) (its
+// exponent against the tile's larger one) rounded to the cache dtype: exact where that factor is
+// 1, else an error of at most 2^-9 (bf16) of those P values. (2) With p_qdq none, P enters
 // P V rounded once to the cache dtype (upstream's `p.to(v.dtype) @ v`, FlashMLA's bf16 P) instead
 // of decode_mma.cu's hi + lo halves, and the schedule of those calls does not depend on
 // num_kv_splits: the running max restarts every 64 tiles (a "virtual split" of 2048 tokens from
@@ -13,15 +17,16 @@
 // not part of the numerics, spec §2.4).
 //
 // Template parameters as decode_mma.cu's: kF16 (cache and MMA type float16, else bfloat16), kK,
-// kV, kP the QdqMode of K, V, P. Shapes: kv_lora_rank 512, qk_rope_head_dim 64, page_size % 8 == 0
+// kV, kP the QdqMode of K, V, P; then kQ32 (q is fp32: without K and V quantization the feature
+// split instead of the alternation, for the residual product of an inexact q). Shapes: kv_lora_rank 512, qk_rope_head_dim 64, page_size % 8 == 0
 // (the host runs decode_mma.cu otherwise). Kernel parameters: MmaDecodeParams and the TMA
 // descriptor of the cache (runtime/fakequant_decode.c: the 4-D tensor (576 columns, 1, page,
 // num_blocks), boxes of 64 columns x R rows, R = min(largest power of two dividing page_size, 32),
 // 128-byte swizzle).
 //
 // CTA: 64 heads of one request and chunk (grid: head blocks, slots, batch), two warpgroups. With K
-// and V unquantized they take alternate tiles (run_pairs, below); with K or V quantized (the
-// feature split, run_chunk) each computes a *partial* S of the whole 64 x 32 tile over half of the 576 features (warpgroup w:
+// and V unquantized (and a 16-bit q) they take alternate 64-key tiles (run_alt64, below, with its
+// own shared-memory layout); otherwise (the feature split, run_chunk) each computes a *partial* S of the whole 64 x 32 tile over half of the 576 features (warpgroup w:
 // features [256 w, +256) with Q from shared memory, and [512 + 32 w, +32) of the RoPE part with
 // Q from registers: 18 wgmma.m64n32k16, K from shared memory), the two partials are exchanged
 // through shared memory and summed in the same order by both, so both hold the same S and run the
@@ -44,7 +49,7 @@
 // element (r, k) at (k / 64) * piece + r * 128 + (((k % 64) / 8) ^ (r & 7)) * 16 + (k % 8) * 2):
 //   Q 64 x 512 (pieces of 8192) 0 | raw stages 4 x 32 x 576 (pieces of 4096) 65536 (K quantized:
 //   3 stages, then Kc) | sS [2 warpgroups][16 floats][128 threads] 212992 | mbarriers (one per
-//   stage) 229376 | 229408 bytes + 1024 for alignment.
+//   stage) 229376 | 229408 bytes (the alternation's layout: 230944) + 1024 for alignment.
 #include "common/mbarrier.cuh"
 #include "common/wgmma.cuh"
 #include "fakequant/decode_mma.cu"
@@ -74,20 +79,22 @@ constexpr int kSBytes = 2 * 16 * kWg * 4;       // 16384
 constexpr int kBarOff = kSOff + kSBytes;        // 229376
 constexpr int kMxOff = kBarOff + 4 * 8;         // row maxima / sums of both warpgroups [2][64]
 constexpr int kSmemUsed = kMxOff + 2 * kHeads * 4;
-constexpr int kSmemBytes = kSmemUsed + 1024;    // 230944
+constexpr int kSmemBytes = 230944 + 1024;       // the larger layout (the alternation's, below)
 constexpr int kKSteps = kD / 16 / 2;            // 18 k16 steps per warpgroup
 constexpr int kVirtualTiles = 64;               // p none: the running max restarts every 64 tiles
-static_assert(kSmemBytes == 230944, "runtime/fakequant_kinds.h MLA__FQ_DECODE_SM90_SMEM");
+// P quantized: chunks of >= 128 tiles (4096 keys; runtime/fakequant_kinds.h
+// MLA__FQ_SM90_P_CHUNK_TILES, the host's slots): 64 measured 8 % (4k) / 17 % (16k) slower on the
+// H200 (more CTA starts and partials), 256 the same as 128 at b 128 with half the CTAs for few
+// long requests (docs/perf-notes.md).
+constexpr int kPChunkTiles = 128;
+static_assert(kSmemBytes == 231968, "runtime/fakequant_kinds.h MLA__FQ_DECODE_SM90_SMEM");
+static_assert(kSmemUsed + 1024 <= kSmemBytes, "the feature split's layout fits");
 static_assert(kSmemBytes <= 232448, "fits the sm_90 shared memory of one CTA");
 static_assert(kStageOff % 1024 == 0 && kTileB % 1024 == 0, "swizzle atoms 1024-aligned");
 
-// X: both partials of a tile written; Y: both read (the buffer may be written again); kBarWg + w:
-// warpgroup w alone.
-// Tile alternation: M0 / M1 the row maxima of warpgroup 0's / 1's tile written, P0 / P1 its P
-// tile written, F0 warpgroup 1 done with a pair (sP0, smx[0], the pair's stages), F1 warpgroup 0
-// done with sP1 and smx[1] (each arrived by one warpgroup and waited for by the other).
-enum Barrier : int { kBarX = 1, kBarY = 2, kBarWg = 3, kBarM0 = 5, kBarM1 = 6, kBarP0 = 7,
-                     kBarP1 = 8, kBarF0 = 9, kBarF1 = 10 };
+// The feature split's named barriers: X both partials of a tile written; Y both read (the buffer
+// may be written again); kBarWg + w: warpgroup w alone.
+enum Barrier : int { kBarX = 1, kBarY = 2, kBarWg = 3 };
 
 // The j-th (of 18) k16 step of warpgroup w: features [256 w, +256) (pieces 4 w .. 4 w + 3, Q from
 // shared memory), then [512 + 32 w, +32) (the RoPE piece, Q from registers).
@@ -103,8 +110,13 @@ __device__ __forceinline__ unsigned toff(int r, int c) {
 template <int kP>
 __device__ __forceinline__ void chunk_of(int s, int splits, int c, int &tps, int &begin,
                                          int &end) {
-    if constexpr (kP != kNone) {
-        mmadec::chunk_tiles(s, splits, c, tps, begin, end);
+    if constexpr (kP != kNone) {   // decode_mma.cu's chunk_tiles with chunks of >= kPChunkTiles
+        const int nt = (s + kTile - 1) / kTile;
+        tps = nt ? (nt + splits - 1) / splits : 1;
+        const int g = tps >= kPChunkTiles ? 1 : (kPChunkTiles + tps - 1) / tps;
+        const long long b = (long long)c * g * tps, e = b + (long long)g * tps;
+        begin = b < nt ? (int)b : nt;
+        end = e < nt ? (int)e : nt;
     } else {
         const int nt = (s + kTile - 1) / kTile;
         const int nv = (nt + kVirtualTiles - 1) / kVirtualTiles;
@@ -592,164 +604,388 @@ __device__ __forceinline__ void run_chunk(const MmaDecodeParams &p, const TmaDes
     store_partial(p, o, rs.E, l, b, h0, chunk, w, wi, lane);
 }
 
-// K and V not quantized (the kernel's kAlt): tile alternation. Pair j holds tiles a = 2 j (warpgroup 0) and b = 2 j + 1
-// (warpgroup 1); each warpgroup computes the full S of its own tile (issue_qk; q8 the 4 RoPE
-// k16 steps), publishes its row maxima, computes p, its row sums and the P codes of its own tile
-// (into a 64 x 64 128-byte-swizzled P tile in shared memory, keys 0-31 used), and O_w = (O_w f_a
-// + P_a V_a) f_b + P_b V_b over its own columns, both P tiles from shared memory. Both run the split
-// bookkeeping of both tiles in order (identically): warpgroup 0 can do tile a's and its P V
-// before tile b's maxima exist, warpgroup 1 waits for tile a's maxima first, so warpgroup 1's
-// softmax runs under warpgroup 0's P V (named barriers arrived by one warpgroup and waited for by
-// the other: M0, M1, P0, P1, F0, F1). Each warpgroup quantizes/zeroes its own V columns of both
-// tiles in place once the other warpgroup's Q K^T of that tile is done. Each keeps the row sums of
-// its own tile (scaled by the same factors); they are added at the end. 4 raw stages: pair j + 1
-// loads under pair j, issued by warp 0 once warpgroup 1 is done with pair j - 1 (F0). A pair's
-// tile b past the chunk (n odd) is all masked and its V zeroed. Every product is issued and
-// waited for inside one branch of the warpgroup split, or outside it.
-template <bool kF16, int kV, int kP>
-__device__ __forceinline__ void run_pairs(const MmaDecodeParams &p, const TmaDesc &tk,
+// ---- K and V not quantized (the kernel's kAlt): tile alternation on 64-key tiles ----------------
+// A 64-key tile holds two spec tiles (its halves, keys [0, 32) and [32, 64)); the split
+// bookkeeping runs per half (split_step64) and each half's P is quantized against its own split
+// running max, as the spec's schedule says; the two halves then enter one P V product over the 64
+// keys, each half's P codes times the factor g that brings it to the tile's common exponent R (the
+// larger of the two halves' exponents; the other half's g is 1): P' = [QP(p_0) g_0, QP(p_1) g_1],
+// rounded to the cache dtype. That rounding is exact where g is 1 (a half whose running max is
+// R: the second half whenever no split starts in it and the first half has no larger max) and
+// otherwise an error of at most 2^-9 (bf16; fp16 2^-11) of that half's P values (g <= 1, so no
+// code overflows fp16). Shared memory (bytes, from the 1024-aligned base): Q 64 x 512 (8 pieces of
+// 8192) 0 | tile buffers K0, K1 (9 pieces of 64 rows each, 73728) 65536, 139264 | P tiles sP0, sP1
+// (64 x 64) 212992, 221184 | row maxima of warpgroup 0's tile [2 halves][64] 229376, of warpgroup
+// 1's tile [2 pair parities][2 halves][64] 229888 | mbarriers K0 pieces 0-3, K0 pieces 4-8, K1
+// pieces 0-3, K1 pieces 4-8 230912 | 230944.
+constexpr int kAPiece = flashmla::sm90::kPieceBytes;   // 8192: 64 rows x 128 bytes
+constexpr int kATileB = 9 * kAPiece;                    // 73728
+constexpr int kAK0 = kHeads * kRank * 2;                // 65536
+constexpr int kAK1 = kAK0 + kATileB;                    // 139264
+constexpr int kAP0 = kAK1 + kATileB;                    // 212992
+constexpr int kAP1 = kAP0 + kAPiece;                    // 221184
+constexpr int kAMx0 = kAP1 + kAPiece;                   // 229376
+constexpr int kAMx1 = kAMx0 + 2 * kHeads * 4;           // 229888
+constexpr int kABar = kAMx1 + 4 * kHeads * 4;           // 230912
+constexpr int kAUsed = kABar + 4 * 8;                   // 230944
+static_assert(kAK0 % 1024 == 0 && kAK1 % 1024 == 0 && kAP0 % 1024 == 0 && kAP1 % 1024 == 0,
+              "swizzle atoms 1024-aligned");
+static_assert(kAUsed + 1024 <= kSmemBytes, "the launch's shared memory holds the alternation");
+
+// Named barriers of the alternation: M0 / M1 the row maxima of warpgroup 0's / 1's tile written,
+// P0 / P1 its P tile written, P0F warpgroup 1 done with sP0 (arrived by one warpgroup, waited for
+// by the other); 6 and 7 are flashmla::sm90::zero_tail_rows'; E0, E1 the final row-sum exchange;
+// Q0 warpgroup 0's S of the pair done (kAltSkew).
+enum AltBarrier : int { kAM0 = 1, kAM1 = 2, kAP0Bar = 3, kAP1Bar = 4, kAP0Free = 5, kAE0 = 8,
+                        kAE1 = 9, kAQ0 = 10 };
+// Skew: warpgroup 1 issues its Q K^T once warpgroup 0's is done (barrier Q0), so that it runs
+// under warpgroup 0's softmax and P codes, and warpgroup 1's under warpgroup 0's first P V,
+// instead of both products together and both softmaxes together with the tensor cores idle.
+constexpr bool kAltSkew = true;
+
+// The key row thread wt of a warpgroup supplies for the 64-key tile at key t0 (row wt / 2): its
+// block (-1: t >= t_stop, read as zeros) and its row in the page (the block-table read is issued
+// here, a pair ahead of its TMA).
+__device__ __forceinline__ BoxRef row_ref64(const MmaDecodeParams &p, const int *bt_row, int t0,
+                                            int t_stop, int wt) {
+    const int t = t0 + (wt >> 1);
+    BoxRef r = {-1, 0};
+    if (t < t_stop) {
+        const int page = t / p.page_size;
+        r.row = t - page * p.page_size;
+        if (page < p.max_blocks) r.blk = bt_row[page];
+    }
+    return r;
+}
+
+// Pieces [kLo, kHi) of a 64-key tile into buf by TMA, completing on bar: the threads wt = 2 k R
+// of the warpgroup (R the box rows, a power of two <= 32 dividing the page size, so that a box
+// never straddles a page or a spec tile) issue the boxes of rows [k R, k R + R), thread 0 posts the
+// bytes.
+template <int kLo, int kHi>
+__device__ __forceinline__ void load64(const MmaDecodeParams &p, const TmaDesc &tk, unsigned buf,
+                                       unsigned bar, BoxRef r, int wt) {
+    const int rows = min(p.page_size & -p.page_size, kTile);
+    if (wt == 0) mbarrier_arrive_expect_tx(bar, (kHi - kLo) * kAPiece);
+    if ((wt & (2 * rows - 1)) == 0) {
+        const unsigned dst = buf + (wt >> 1) * 128;
+        const unsigned long long policy = flashmla::l2_policy_evict_first();
+#pragma unroll
+        for (int pc = kLo; pc < kHi; pc++)
+            tma_load_4d(dst + pc * kAPiece, &tk, bar, pc * 64, 0, r.row, r.blk, policy);
+    }
+}
+
+// S of the 64-key tile at key t0 to base-2 logits (times qk_eff), -inf for keys >= s_end; the row
+// maxima of each half over the quad into mx[half][row].
+__device__ __forceinline__ void scale_mask64(float (&x)[8][4], int t0, int s_end, float qk_eff,
+                                             int lane, float (&mx)[2][2]) {
+    mx[0][0] = mx[0][1] = mx[1][0] = mx[1][1] = neg_inf();
+    if (t0 + 64 <= s_end) {
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                x[j][e] = __fmul_rn(x[j][e], qk_eff);
+                mx[j >> 2][e >> 1] = fmaxf(mx[j >> 2][e >> 1], x[j][e]);
+            }
+    } else {
+        const int c0 = t0 + (lane & 3) * 2;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                x[j][e] = c0 + 8 * j + (e & 1) < s_end ? __fmul_rn(x[j][e], qk_eff) : neg_inf();
+                mx[j >> 2][e >> 1] = fmaxf(mx[j >> 2][e >> 1], x[j][e]);
+            }
+    }
+#pragma unroll
+    for (int k = 0; k < 2; k++) mx[k][0] = quad_max(mx[k][0]), mx[k][1] = quad_max(mx[k][1]);
+}
+
+// The split bookkeeping of a 64-key tile, for the thread's two rows: its halves k (spec tiles;
+// valid[k] false: past the chunk, no step; start[k]: a split starts there) move the split's running
+// max mu and the row's max M as split_step does for one tile each (the same decisions: a half more
+// than kSkip below M is not added), e[k] the exponent half k's p are taken against (+inf: not
+// added); the tile's exponent R is the largest e of its added halves, g[k] = 2^(e[k] - R) (0: not
+// added) the factor of half k's P and row sum, F = 2^(E - R) (1 for the chunk's first keys) the
+// factor O and L take before the tile is added, and E = R after it.
+__device__ __forceinline__ void split_step64(RowSplit &st, const float (&mx)[2][2],
+                                             const bool (&start)[2], const bool (&valid)[2],
+                                             float (&F)[2], float (&e)[2][2], float (&g)[2][2]) {
+    // Branch-free (selects): a data-dependent branch here, between a P V product's issue and its
+    // wait, made ptxas serialize the wgmma (C7520).
+    const float pinf = __int_as_float(0x7f800000);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float R = neg_inf();
+        bool use[2];
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const float mn = fmaxf(start[k] ? neg_inf() : st.mu[h], mx[k][h]);
+            st.mu[h] = select(valid[k], mn, st.mu[h]);
+            // the first added keys (M = -inf) pass the test: max(M, mn) - mn = 0
+            use[k] = valid[k] && mn != neg_inf() && !(fmaxf(st.M[h], mn) - mn > mmadec::kSkip);
+            st.M[h] = select(use[k], fmaxf(st.M[h], mn), st.M[h]);
+            e[k][h] = select(use[k], mn, pinf);
+            R = select(use[k], fmaxf(R, mn), R);
+        }
+        const bool any = R != neg_inf();
+        F[h] = select(any && st.E[h] != neg_inf(), exp2f(st.E[h] - R), 1.f);
+        st.E[h] = select(any, R, st.E[h]);
+#pragma unroll
+        for (int k = 0; k < 2; k++) g[k][h] = select(use[k], exp2f(e[k][h] - R), 0.f);
+    }
+}
+
+// nvfp4_code of a p in [0, 1] with a finite 1 / sb or sb = 0 (the host runs this kernel with P
+// NVFP4 only for p_scale >= 2^-100, so sb = sc p_scale >= 2^-109 when not 0): nvfp4_code_fast's
+// steps without the sign and the infinite-quotient case (p rsb <= 2^109), and 0 for sb = 0 by a
+// select, so no branch per element.
+__device__ __forceinline__ float p_code_nvfp4(float x, const Nvfp4Scale &s) {
+    const float q0 = __fmul_rn(x, s.rsb);
+    const float q1 = __fmaf_rn(__fmaf_rn(-q0, s.sb, x), s.rsb, q0);
+    return select(s.sb == 0.f, 0.f, e2m1_mag_fast(q1) * s.sc);
+}
+
+// p = 2^(x - e) of each half in place, the unquantized row sums of the halves times g added to lw,
+// then the P codes (after the row sum) times g, rounded to the cache dtype, as the A fragments of
+// the 4 k16 steps of P V (pa[kk]: keys [16 kk, +16), rows r and r + 8).
+template <bool kF16, int kP>
+__device__ __forceinline__ void p_codes64(float (&x)[8][4], const float (&e)[2][2],
+                                          const float (&g)[2][2], const MmaDecodeParams &p,
+                                          float rp, float p6, float rp6, float (&lw)[2],
+                                          unsigned (&pa)[4][4]) {
+    float l[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            x[j][c] = flashmla::ex2(x[j][c] - e[j >> 2][c >> 1]);
+            l[j >> 2][c >> 1] += x[j][c];
+        }
+#pragma unroll
+    for (int h = 0; h < 2; h++) lw[h] += g[0][h] * l[0][h] + g[1][h] * l[1][h];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {   // keys [16 kk, +16): 8-key blocks 2 kk, 2 kk + 1
+            Nvfp4Scale bs = {0.f, 0.f, 0.f};
+            if constexpr (kP == kNvfp4) {   // one NVFP4 block (16 keys)
+#pragma unroll
+                for (int j = 2 * kk; j < 2 * kk + 2; j++)
+#pragma unroll
+                    for (int c = 2 * h; c < 2 * h + 2; c++)
+                        x[j][c] = mmadec::h2f<kF16>(mmadec::f2h<kF16>(x[j][c]));
+                const float bam = quad_max(fmaxf(fmaxf(x[2 * kk][2 * h], x[2 * kk][2 * h + 1]),
+                                                 fmaxf(x[2 * kk + 1][2 * h], x[2 * kk + 1][2 * h + 1])));
+                bs = nvfp4_scale(bam, p.p_scale, p6, rp6);
+            }
+#pragma unroll
+            for (int j = 2 * kk; j < 2 * kk + 2; j++) {
+                const float x0 = x[j][2 * h], x1 = x[j][2 * h + 1], gg = g[j >> 2][h];
+                float c0, c1;
+                if constexpr (kP == kFp8) {
+                    const unsigned u = e4m3x2_f16x2(fp8_scaled(x0, p.p_scale, rp),
+                                                    fp8_scaled(x1, p.p_scale, rp));
+                    c0 = mmadec::h2f<true>(u), c1 = mmadec::h2f<true>(u >> 16);
+                } else if constexpr (kP == kNvfp4) {
+                    c0 = p_code_nvfp4(x0, bs), c1 = p_code_nvfp4(x1, bs);
+                } else {
+                    c0 = x0, c1 = x1;
+                }
+                pa[kk][(j & 1) * 2 + h] = mmadec::pack2<kF16>(c0 * gg, c1 * gg);
+            }
+        }
+    }
+}
+
+// The P fragments pa into the swizzled 64 x 64 P tile (rows r0 and r0 + 8 of the thread).
+__device__ __forceinline__ void store_pa(unsigned char *tile, const unsigned (&pa)[4][4], int r0,
+                                         int lane) {
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = r0 + 8 * h;
+            *reinterpret_cast<unsigned *>(tile + r * 128 + ((j ^ (r & 7)) << 4) + (lane & 3) * 4) =
+                pa[j >> 1][(j & 1) * 2 + h];
+        }
+}
+
+// The kernel's first two 64-key tiles of the chunk (spec tiles [t_begin, t_begin + n)), warpgroup
+// 0 loading pieces 0-3 of both, warpgroup 1 pieces 4-8; mbarriers initialized.
+__device__ __forceinline__ void alt_prologue(const MmaDecodeParams &p, const TmaDesc &tk,
+                                             unsigned base, int s, int t_begin, int n, int b) {
+    const int wt = threadIdx.x & (kWg - 1), w = threadIdx.x >> 7;
+    const int *bt_row = p.block_table + (long long)b * p.bt_stride;
+    const int key0 = t_begin * kTile, s_eff = min(s, (t_begin + n) * kTile);
+    const BoxRef ra = row_ref64(p, bt_row, key0, s_eff, wt);
+    const BoxRef rb = row_ref64(p, bt_row, key0 + 64, s_eff, wt);
+    const unsigned k0 = base + kAK0, k1 = base + kAK1, bar = base + kABar;
+    if (w == 0) {
+        load64<0, 4>(p, tk, k0, bar, ra, wt);
+        if (n > 2) load64<0, 4>(p, tk, k1, bar + 16, rb, wt);
+    } else {
+        load64<4, 9>(p, tk, k0, bar + 8, ra, wt);
+        if (n > 2) load64<4, 9>(p, tk, k1, bar + 24, rb, wt);
+    }
+}
+
+// The chunk's 64-key tiles go in pairs, as in the dense decode (flashmla/decode_sm90.cu
+// attend_chunk90): tile a = 2 j in K0 (warpgroup 0 computes its S), tile b = 2 j + 1 in K1
+// (warpgroup 1); warpgroup w owns O columns [256 w, +256). Per pair:
+//   WG0: maxima of a's halves -> M0; bookkeeping of a; O_L *= F_a; P'_a -> sP0 (once warpgroup 1
+//        freed it, P0F), P0; O_L += P'_a V_a,L (P from registers); after M1 the bookkeeping of b,
+//        O_L *= F_b, O_L += sP1 V_b,L; the next S_a.
+//   WG1: maxima of b's halves (published after M0, so that a barrier's arrivals never cross a
+//        pair); after M0 the bookkeeping of a and b; O_R *= F_a; P'_b -> sP1, P1; O_R += sP0
+//        V_a,R; O_R *= F_b; O_R += P'_b V_b,R (registers); the next S_b.
+// Both run the bookkeeping of both tiles in the same order (identical state); each keeps the row
+// sums of its own tiles (scaled by the same factors), added at the end. A buffer's pieces are
+// refilled as soon as their last reader is done: K0 pieces 0-3 by warpgroup 0 after P'_a V_a,L,
+// pieces 4-8 by warpgroup 1 after sP0 V_a,R; K1 pieces 0-3 by warpgroup 0 after sP1 V_b,L,
+// pieces 4-8 by warpgroup 1 after P'_b V_b,R. V rows past the chunk's keys of a tail tile are
+// zeroed before P V (TMA reads whole boxes).
+template <bool kF16, int kP>
+__device__ __forceinline__ void run_alt64(const MmaDecodeParams &p, const TmaDesc &tk,
                                           unsigned char *smem, const unsigned (&q8)[4][4], int s,
-                                          int t_begin, int n, int tps, int b, int h0, int chunk,
-                                          bool need_lo) {
-    constexpr int kStages = 4;
+                                          int t_begin, int n, int tps, int b, int h0, int chunk) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wi = warp & 3, w = warp >> 2;
     const int wt = tid & (kWg - 1);
     const unsigned base = flashmla::smem_addr(smem);
-    const unsigned q_a = base + kQOff, bar0 = base + kBarOff, sp = base + kSOff;
-    float *smx = reinterpret_cast<float *>(smem + kMxOff);
+    const unsigned q_a = base + kQOff, k0 = base + kAK0, k1 = base + kAK1;
+    const unsigned bar0 = base + kABar, bar1 = bar0 + 16;
+    float *mx0s = reinterpret_cast<float *>(smem + kAMx0);
+    float *mx1s = reinterpret_cast<float *>(smem + kAMx1);
     const int *bt_row = p.block_table + (long long)b * p.bt_stride;
-    const int s_eff = min(s, (t_begin + n) * kTile);   // keys of the chunk's tiles
+    const int key0 = t_begin * kTile, s_eff = min(s, (t_begin + n) * kTile);
+    const int n64 = (n + 1) / 2;
     const int r0 = wi * 16 + (lane >> 2);
-    const int np = (n + 1) / 2;
     float o[32][4], L[2];
     RowSplit rs;
     init_chunk(o, rs, L);
     const float rp = __frcp_rn(p.p_scale);
     const float p6 = __fmul_rn(6.f, p.p_scale), rp6 = __frcp_rn(p6);
-    BoxRef nb[2] = {{-1, 0}, {-1, 0}};   // warp 0: the boxes of pair 2's tiles, then of the next
-    if (warp == 0)
-        nb[0] = box_of(p, bt_row, s, t_begin + 4, lane), nb[1] = box_of(p, bt_row, s, t_begin + 5, lane);
+    unsigned phase[2] = {0, 0};
 
-    // O += P_t V_t over this warpgroup's columns, P_t the P tile of tile 2 j + t, waited for.
-    auto pv = [&](int t, int j) {
-        const unsigned vb = base + kStageOff + ((2 * j + t) % kStages) * kTileB + w * 4 * kTPiece;
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 2; kk++)
-            wgmma_m64n256k16_ss<kF16, 1>(o, wgmma_desc_sw128(sp + t * kQPiece + kk * 32, 16, 1024),
-                                         wgmma_desc_sw128(vb + kk * 16 * 128, kTPiece, 1024), 1);
-        wgmma_commit_group();
-        wgmma_wait_group<0>();
-        flashmla::sm90::reg_fence(o);
-    };
-
-    for (int j = 0; j < np; j++) {
-        const int ti = 2 * j + w, st = ti % kStages, ta = t_begin + 2 * j, tile = ta + w;
-        const unsigned kb = base + kStageOff + st * kTileB;
-        if (ti < n) mbarrier_wait_parity(bar0 + st * 8, (ti / kStages) & 1);
-        float x[4][4], slo[4][4];
-        issue_qk<kF16, 32, 4>(x, q8, q_a, kb, 0, 0);
-        if (need_lo) qk_residual<kF16, true>(slo, p, kb, w, b, h0, lane, wi);
-        wgmma_wait_group<0>();
-        flashmla::sm90::reg_fence(x);
-        if (need_lo) {
-#pragma unroll
-            for (int jj = 0; jj < 4; jj++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) x[jj][e] += slo[jj][e];
-        }
-        // Scores (log2 domain), -inf past the chunk's keys; the row maxima.
-        float mx[2];
-        scale_mask(x, tile, s_eff, p.qk_eff, lane, mx);
-        // The other warpgroup is done with this warpgroup's smx / sP of the last pair (and, for
-        // warpgroup 0, with that pair's stages: pair j + 1 loads into them).
-        if (j >= 1) named_barrier_sync(w ? kBarF1 : kBarF0, kThreads);
-        if (warp == 0 && j >= 1) {
-#pragma unroll
-            for (int k = 0; k < 2; k++) {
-                const int tl = 2 * j + 2 + k;
-                if (tl < n) {
-                    issue_tile(p, tk, nb[k], base + kStageOff + (tl % kStages) * kTileB,
-                               bar0 + (tl % kStages) * 8, lane);
-                    nb[k] = box_of(p, bt_row, s, t_begin + tl + 2, lane);
-                }
+    for (int ta = 0; ta < n64; ta += 2) {
+        const int tb = ta + 1, par = (ta >> 1) & 1;
+        const bool has_b = tb < n64, next_a = ta + 2 < n64, next_b = tb + 2 < n64;
+        // The next pair's block-table entries, a pair ahead of their loads.
+        BoxRef na = {-1, 0}, nb = {-1, 0};
+        if (next_a) na = row_ref64(p, bt_row, key0 + (ta + 2) * 64, s_eff, wt);
+        if (next_b) nb = row_ref64(p, bt_row, key0 + (tb + 2) * 64, s_eff, wt);
+        // The spec tiles of the halves: a's are 2 ta, 2 ta + 1 of the chunk, b's 2 tb, 2 tb + 1.
+        const int sa = t_begin + 2 * ta, sb = sa + 2;
+        const bool va[2] = {true, 2 * ta + 1 < n}, vb[2] = {has_b, 2 * tb + 1 < n};
+        const bool sta[2] = {sa % tps == 0, (sa + 1) % tps == 0};
+        const bool stb[2] = {sb % tps == 0, (sb + 1) % tps == 0};
+        float Fa[2], ea[2][2], ga[2][2], Fb[2], eb[2][2], gb[2][2], mxa[2][2], mxb[2][2];
+        float lw[2] = {0.f, 0.f}, sc[8][4];
+        unsigned pa[4][4];
+        // This warpgroup's S (at the top of the pair, not at the end of the last one: ptxas
+        // serialized every wgmma of the kernel, C7520, with a first S before the loop).
+        if (w == 0) {
+            flashmla::sm90::qk_tile<kF16, false>(sc, q8, q_a, k0, bar0, phase[0]);
+            phase[0] ^= 1;
+            if (kAltSkew) named_barrier_arrive(kAQ0, kThreads);
+        } else {
+            if (kAltSkew) named_barrier_sync(kAQ0, kThreads);   // warpgroup 0's S done
+            if (has_b) {
+                flashmla::sm90::qk_tile<kF16, false>(sc, q8, q_a, k1, bar1, phase[1]);
+                phase[1] ^= 1;
             }
         }
-        if ((lane & 3) == 0) smx[w * kHeads + r0] = mx[0], smx[w * kHeads + r0 + 8] = mx[1];
-        named_barrier_arrive(w ? kBarM1 : kBarM0, kThreads);
-        float fa[2], ea[2], fb[2], eb[2], lw[2] = {0.f, 0.f};
-        unsigned pa[2][4];
-        unsigned char *ptile = smem + kSOff + w * kQPiece;
-        unsigned char *raw_a = smem + kStageOff + ((2 * j) % kStages) * kTileB;
-        unsigned char *raw_b = smem + kStageOff + ((2 * j + 1) % kStages) * kTileB;
-        // This warpgroup's p, row sums and P codes (registers and its P tile).
-        auto own_p = [&](const float (&e)[2]) {
-            exp_tile(x, e, lw);
-            p_codes<kF16, kP>(x, p, rp, p6, rp6, pa);
-#pragma unroll
-            for (int jj = 0; jj < 4; jj++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int r = r0 + 8 * h;
-                    *reinterpret_cast<unsigned *>(ptile + r * 128 + ((jj ^ (r & 7)) << 4) +
-                                                  (lane & 3) * 4) = pa[jj >> 1][(jj & 1) * 2 + h];
-                }
-            fence_proxy_async_shared();
-            named_barrier_sync(kBarWg + w, kWg);   // this warpgroup's P tile, for its own P V
-        };
         if (w == 0) {
-            split_step(rs, mx, ta % tps == 0, fa, ea);
-            own_p(ea);
-            named_barrier_arrive(kBarP0, kThreads);
-            prepare_v<kF16, kV>(p, raw_a, s_eff - ta * kTile, w, wt);
-            flashmla::sm90::scale_o(o, fa);
-            flashmla::sm90::reg_fence(o);
-            pv(0, j);
-            named_barrier_sync(kBarM1, kThreads);   // tile b's maxima (and its Q K^T done)
-            const float mxb[2] = {smx[kHeads + r0], smx[kHeads + r0 + 8]};
-            split_step(rs, mxb, (ta + 1) % tps == 0, fb, eb);
-            prepare_v<kF16, kV>(p, raw_b, s_eff - (ta + 1) * kTile, w, wt);
-            named_barrier_sync(kBarP1, kThreads);
-            flashmla::sm90::scale_o(o, fb);
-            flashmla::sm90::reg_fence(o);
-            pv(1, j);
-            if (j + 1 < np) named_barrier_arrive(kBarF1, kThreads);
+            const int t0 = key0 + ta * 64;
+            if (t0 + 64 > s_eff) flashmla::sm90::zero_tail_rows(smem + kAK0, s_eff - t0, 0, wt);
+            scale_mask64(sc, t0, s_eff, p.qk_eff, lane, mxa);
+            if ((lane & 3) == 0) {
 #pragma unroll
-            for (int h = 0; h < 2; h++) L[h] = (L[h] * fa[h] + lw[h]) * fb[h];
+                for (int k = 0; k < 2; k++)
+                    mx0s[k * kHeads + r0] = mxa[k][0], mx0s[k * kHeads + r0 + 8] = mxa[k][1];
+            }
+            named_barrier_arrive(kAM0, kThreads);
+            split_step64(rs, mxa, sta, va, Fa, ea, ga);
+            flashmla::sm90::scale_o(o, Fa);
+            p_codes64<kF16, kP>(sc, ea, ga, p, rp, p6, rp6, lw, pa);
+            if (ta > 0) named_barrier_sync(kAP0Free, kThreads);   // the last pair's sP0 read
+            store_pa(smem + kAP0, pa, r0, lane);
+            fence_proxy_async_shared();
+            named_barrier_arrive(kAP0Bar, kThreads);
+            flashmla::sm90::reg_fence(o);
+            wgmma_fence();
+            flashmla::sm90::pv_issue_rs<kF16>(o, pa, k0, 0);
+            wgmma_commit_group();
+            named_barrier_sync(kAM1, kThreads);   // tile b's maxima (and its Q K^T done)
+            const float *m1 = mx1s + par * 2 * kHeads;
+#pragma unroll
+            for (int k = 0; k < 2; k++)
+                mxb[k][0] = m1[k * kHeads + r0], mxb[k][1] = m1[k * kHeads + r0 + 8];
+            split_step64(rs, mxb, stb, vb, Fb, eb, gb);
+#pragma unroll
+            for (int h = 0; h < 2; h++) L[h] = (L[h] * Fa[h] + lw[h]) * Fb[h];
+            wgmma_wait_group<0>();
+            flashmla::sm90::reg_fence(o);
+            if (next_a) load64<0, 4>(p, tk, k0, bar0, na, wt);   // V_a,L consumed
+            flashmla::sm90::scale_o(o, Fb);
+            if (has_b) flashmla::sm90::pv_remote<kF16>(o, kAP1Bar, base + kAP1, k1, 0);
+            if (next_b) load64<0, 4>(p, tk, k1, bar1, nb, wt);   // V_b,L consumed
         } else {
-            named_barrier_sync(kBarM0, kThreads);   // tile a's maxima (and its Q K^T done)
-            const float mxa[2] = {smx[r0], smx[r0 + 8]};
-            split_step(rs, mxa, ta % tps == 0, fa, ea);
-            split_step(rs, mx, (ta + 1) % tps == 0, fb, eb);
-            own_p(eb);
-            named_barrier_arrive(kBarP1, kThreads);
-            prepare_v<kF16, kV>(p, raw_a, s_eff - ta * kTile, w, wt);
-            prepare_v<kF16, kV>(p, raw_b, s_eff - (ta + 1) * kTile, w, wt);
-            named_barrier_sync(kBarP0, kThreads);
-            flashmla::sm90::scale_o(o, fa);
-            flashmla::sm90::reg_fence(o);
-            pv(0, j);
-            flashmla::sm90::scale_o(o, fb);
-            flashmla::sm90::reg_fence(o);
-            pv(1, j);
-            if (j + 1 < np) named_barrier_arrive(kBarF0, kThreads);
+            const int t0 = key0 + tb * 64;
+            mxb[0][0] = mxb[0][1] = mxb[1][0] = mxb[1][1] = neg_inf();
+            if (has_b) {
+                if (t0 + 64 > s_eff) flashmla::sm90::zero_tail_rows(smem + kAK1, s_eff - t0, 1, wt);
+                scale_mask64(sc, t0, s_eff, p.qk_eff, lane, mxb);
+            }
+            float *m1 = mx1s + par * 2 * kHeads;
+            if ((lane & 3) == 0) {
 #pragma unroll
-            for (int h = 0; h < 2; h++) L[h] = L[h] * fa[h] * fb[h] + lw[h];
+                for (int k = 0; k < 2; k++)
+                    m1[k * kHeads + r0] = mxb[k][0], m1[k * kHeads + r0 + 8] = mxb[k][1];
+            }
+            named_barrier_sync(kAM0, kThreads);   // tile a's maxima (and its Q K^T done)
+            named_barrier_arrive(kAM1, kThreads);
+#pragma unroll
+            for (int k = 0; k < 2; k++)
+                mxa[k][0] = mx0s[k * kHeads + r0], mxa[k][1] = mx0s[k * kHeads + r0 + 8];
+            split_step64(rs, mxa, sta, va, Fa, ea, ga);
+            split_step64(rs, mxb, stb, vb, Fb, eb, gb);
+            flashmla::sm90::scale_o(o, Fa);
+            if (has_b) {
+                p_codes64<kF16, kP>(sc, eb, gb, p, rp, p6, rp6, lw, pa);
+                store_pa(smem + kAP1, pa, r0, lane);
+                fence_proxy_async_shared();
+                named_barrier_arrive(kAP1Bar, kThreads);
+            }
+            flashmla::sm90::pv_remote<kF16>(o, kAP0Bar, base + kAP0, k0, 1);
+            if (next_a) {
+                named_barrier_arrive(kAP0Free, kThreads);
+                load64<4, 9>(p, tk, k0, bar0 + 8, na, wt);   // V_a,R consumed
+            }
+#pragma unroll
+            for (int h = 0; h < 2; h++) L[h] = L[h] * Fa[h] * Fb[h] + lw[h];
+            flashmla::sm90::scale_o(o, Fb);
+            if (has_b) flashmla::sm90::pv_rs_wait<kF16>(o, pa, k1, 1);
+            if (next_b) load64<4, 9>(p, tk, k1, bar1 + 8, nb, wt);   // V_b,R consumed
         }
     }
-    // Row sums: both warpgroups' parts, added in the same order (smx free once both are here).
+    // Row sums: both warpgroups' parts, added in the same order (mx0s free once both are here).
     const float lq[2] = {quad_sum(L[0]), quad_sum(L[1])};
-    named_barrier_sync(kBarX, kThreads);
-    if ((lane & 3) == 0) smx[w * kHeads + r0] = lq[0], smx[w * kHeads + r0 + 8] = lq[1];
-    named_barrier_sync(kBarY, kThreads);
-    const float l[2] = {smx[r0] + smx[kHeads + r0], smx[r0 + 8] + smx[kHeads + r0 + 8]};
+    named_barrier_sync(kAE0, kThreads);
+    if ((lane & 3) == 0) mx0s[w * kHeads + r0] = lq[0], mx0s[w * kHeads + r0 + 8] = lq[1];
+    named_barrier_sync(kAE1, kThreads);
+    const float l[2] = {mx0s[r0] + mx0s[kHeads + r0], mx0s[r0 + 8] + mx0s[kHeads + r0 + 8]};
     store_partial(p, o, rs.E, l, b, h0, chunk, w, wi, lane);
 }
 
 }  // namespace sm90dec
 
 // Grid (heads / 64, slots, batch), 256 threads, dynamic shared memory sm90dec::kSmemBytes.
-template <bool kF16, int kK, int kV, int kP>
+// kQ32: q is fp32 (the NVFP4 carrier, or a plain fp32 q, whose residual product only the feature
+// split has).
+template <bool kF16, int kK, int kV, int kP, bool kQ32>
 __global__ void __launch_bounds__(sm90dec::kThreads, 1) decode_sm90_kernel(
     const __grid_constant__ mmadec::MmaDecodeParams p, const __grid_constant__ sm90dec::TmaDesc tk) {
     using namespace sm90dec;
@@ -772,21 +1008,44 @@ __global__ void __launch_bounds__(sm90dec::kThreads, 1) decode_sm90_kernel(
         return;
     }
     const int n = t_end - t_begin;
-    if (tid < kStages) mbarrier_init(base + kBarOff + tid * 8, 1);
-    __syncthreads();
-    if ((tid >> 5) == 0)
-        for (int i = 0; i < kStages && i < n; i++)
-            issue_tile(p, tk, box_of(p, p.block_table + (long long)b * p.bt_stride, s, t_begin + i,
-                                     tid & 31),
-                       base + kStageOff + i * kTileB, base + kBarOff + i * 8, tid & 31);
+    // The structure: tile alternation on 64-key tiles (run_alt64) with K and V unquantized and a
+    // 16-bit q, else the feature split (run_chunk; with V quantized it measured faster than an
+    // alternation that quantizes each V tile in both warpgroups: docs/perf-notes.md, sixth
+    // session; with an fp32 q it adds the residual product of a q not exact in 16 bits, which in
+    // the alternation made ptxas serialize every wgmma, C7520).
+    constexpr bool kAlt = kK == kNone && kV == kNone && !kQ32;
+    if constexpr (kAlt) {   // the first two 64-key tiles (a 16-bit q needs no vote)
+        if (tid < 4) mbarrier_init(base + kABar + tid * 8, 1);
+        __syncthreads();
+        alt_prologue(p, tk, base, s, t_begin, n, b);
+    } else {
+        if (tid < kStages) mbarrier_init(base + kBarOff + tid * 8, 1);
+        __syncthreads();
+        if ((tid >> 5) == 0)
+            for (int i = 0; i < kStages && i < n; i++)
+                issue_tile(p, tk, box_of(p, p.block_table + (long long)b * p.bt_stride, s,
+                                         t_begin + i, tid & 31),
+                           base + kStageOff + i * kTileB, base + kBarOff + i * 8, tid & 31);
+    }
 
     // Q rows of heads h0.. (16-bit; fp32 q rounded, with the vote on exactness): features 0-511
     // swizzled in shared memory, the RoPE features of warpgroup w's two k16 steps (kstep_of) as
-    // A fragments in registers.
+    // A fragments in registers (the alternation: all four).
     bool inexact = false;
     const int qa = p.q_fp32 ? 4 : 8;   // elements of 16 bytes
-    if ((reinterpret_cast<unsigned long long>(p.q) & 15) == 0 && p.q_stride_b % qa == 0 &&
-        p.q_stride_h % qa == 0) {
+    const bool q16 = (reinterpret_cast<unsigned long long>(p.q) & 15) == 0 &&
+                     p.q_stride_b % qa == 0 && p.q_stride_h % qa == 0;
+    if (q16 && !p.q_fp32) {   // 16-bit q: cp.async, all 16 chunks of a thread in flight at once
+        const unsigned short *q = static_cast<const unsigned short *>(p.q) + (long long)b * p.q_stride_b;
+#pragma unroll
+        for (int i = tid; i < kHeads * (kRank / 8); i += kThreads) {
+            const int r = i / (kRank / 8), c = i - r * (kRank / 8);
+            const bool ok = h0 + r < p.heads;
+            flashmla::cp_async_16(base + kQOff + flashmla::sm90::tile_off(r, c),
+                                  q + (long long)(ok ? h0 + r : 0) * p.q_stride_h + c * 8, ok);
+        }
+        flashmla::cp_async_commit();
+    } else if (q16) {
 #pragma unroll 4
         for (int i = tid; i < kHeads * (kRank / 8); i += kThreads) {
             const int r = i / (kRank / 8), c = i - r * (kRank / 8);
@@ -800,12 +1059,6 @@ __global__ void __launch_bounds__(sm90dec::kThreads, 1) decode_sm90_kernel(
                 mmadec::q_chunk<kF16>(p, b, h0 + r, c, inexact);
         }
     }
-    // The structure: tile alternation (run_pairs) with K and V unquantized, else the feature split
-    // (run_chunk; with V quantized it measured faster than the alternation, which quantizes each
-    // V tile in both warpgroups: docs/perf-notes.md, sixth session).
-    constexpr bool kAlt = kK == kNone && kV == kNone;
-    // The RoPE part as A fragments: feature split warpgroup w's two k16 steps, tile alternation all
-    // four.
     constexpr int kQ8 = kAlt ? 4 : 2;
     unsigned q8[kQ8][4];
     {
@@ -820,10 +1073,11 @@ __global__ void __launch_bounds__(sm90dec::kThreads, 1) decode_sm90_kernel(
             q8[j][3] = mmadec::q_pair<kF16>(p, b, h0 + ra + 8, f + 8, inexact);
         }
     }
+    flashmla::cp_async_wait<0>();
     fence_proxy_async_shared();
     const bool need_lo = __syncthreads_or(inexact) != 0;
     if constexpr (kAlt)
-        run_pairs<kF16, kV, kP>(p, tk, smem, q8, s, t_begin, n, tps, b, h0, chunk, need_lo);
+        run_alt64<kF16, kP>(p, tk, smem, q8, s, t_begin, n, tps, b, h0, chunk);
     else
         run_chunk<kF16, kK, kV, kP>(p, tk, smem, q8, s, t_begin, n, tps, b, h0, chunk, need_lo);
 }
