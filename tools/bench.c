@@ -134,6 +134,10 @@ static const bench_case cases[] = {
     {"fakequant-decode-b4",
      "fake-quant decode b 4, h 128, L 16384, page 64, bf16, modes none, k-fp8, v-fp8, p-fp8",
      bench_fakequant_decode_b4},
+    {"fakequant-decode-kv",
+     "fake-quant decode b 128, h 128, page 64, bf16, K/V modes without P: L 4096 (none, k, v, kv in "
+     "fp8 and nvfp4), L 16384 (none, k-fp8, v-fp8, kv-fp8)",
+     bench_fakequant_decode_kv},
     {"fakequant-prefill-8k",
      "fake-quant prefill S 8192 causal, h 128, d 192/128, bf16: none, fp8, nvfp4, 2:4",
      bench_fakequant_prefill_8k},

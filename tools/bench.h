@@ -109,6 +109,7 @@ int bench_flashmla_sparse_prefill_h16(bench_ctx *ctx);
 int bench_fakequant_decode_4k(bench_ctx *ctx);
 int bench_fakequant_decode_16k(bench_ctx *ctx);
 int bench_fakequant_decode_b4(bench_ctx *ctx);
+int bench_fakequant_decode_kv(bench_ctx *ctx);
 int bench_fakequant_prefill_8k(bench_ctx *ctx);
 
 #endif /* MLAJIT_TOOLS_BENCH_H */
