@@ -426,8 +426,8 @@ static int stride16(const DLTensor *t, int dim) {
  * shape and 16-byte rows of use_mma, q and out strides of 16 bytes, heads <= 2048, and a
  * workspace that holds every chunk of the longest request the block table can hold. With K
  * and / or V quantized and P not (pl->kv: fakequant_decode_dense), the same where chosen
- * ($MLAJIT_FAKEQUANT_DECODE=dense, or MLA__FQ_DENSE_KV_DEFAULT) and the page size is a multiple
- * of 8 (its TMA loads). */
+ * ($MLAJIT_FAKEQUANT_DECODE=dense, or MLA__FQ_DENSE_KV_DEFAULT), the page size is a multiple
+ * of 8 (its TMA loads) and every set scale is at least 2^-100 (its reciprocals finite). */
 static int use_dense(const mla_runtime *rt, const mla_attention_decode_args *a, const dims *d,
                      dense_plan *pl) {
     const int forced_other = rt->fakequant_decode_sm90 || rt->fakequant_decode_mma ||
@@ -440,7 +440,10 @@ static int use_dense(const mla_runtime *rt, const mla_attention_decode_args *a, 
     if (!k || strcmp(rt->arch, k->only_arch) || rt->flashmla_decode_portable) return 0;
     if (!pl->kv && !mla__fq_dense_modes(a->k_qdq, a->v_qdq, a->p_qdq, d->q_fp32, out_same))
         return 0;
-    if (pl->kv && d->page % 8) return 0;
+    /* the quantizing kernel's quantizers take reciprocals of the scales without a fallback */
+    if (pl->kv && (d->page % 8 || (a->k_qdq && mla__fq_scale(a->k_qdq, a->k_qdq_amax) < 0x1p-100f) ||
+                   (a->v_qdq && mla__fq_scale(a->v_qdq, a->v_qdq_amax) < 0x1p-100f)))
+        return 0;
     if (d->heads > 2048 || !stride16(a->q, 0) || !stride16(a->q, 1) || mla__data(a->q) % 16 ||
         !stride16(a->out, 0) || !stride16(a->out, 1) || mla__data(a->out) % 16)
         return 0;
