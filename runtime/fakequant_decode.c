@@ -426,7 +426,7 @@ static int stride16(const DLTensor *t, int dim) {
  * shape and 16-byte rows of use_mma, q and out strides of 16 bytes, heads <= 2048, and a
  * workspace that holds every chunk of the longest request the block table can hold. With K
  * and / or V quantized and P not (pl->kv: fakequant_decode_dense), the same where chosen
- * ($MLAJIT_FAKEQUANT_DECODE=dense, or MLA__FQ_DENSE_KV_DEFAULT), the page size is a multiple
+ * ($MLAJIT_FAKEQUANT_DECODE=dense, or by default for the modes of mla__fq_dense_kv_default), the page size is a multiple
  * of 8 (its TMA loads) and every set scale is at least 2^-100 (its reciprocals finite). */
 static int use_dense(const mla_runtime *rt, const mla_attention_decode_args *a, const dims *d,
                      dense_plan *pl) {
@@ -434,7 +434,7 @@ static int use_dense(const mla_runtime *rt, const mla_attention_decode_args *a, 
                              rt->fakequant_decode_fp32;
     const int out_same = d->out == d->cache;
     pl->kv = mla__fq_dense_kv_modes(a->k_qdq, a->v_qdq, a->p_qdq, d->q_fp32, out_same);
-    const int deflt = pl->kv ? MLA__FQ_DENSE_KV_DEFAULT : MLA__FQ_DENSE_DEFAULT;
+    const int deflt = pl->kv ? mla__fq_dense_kv_default(a->k_qdq, a->v_qdq) : MLA__FQ_DENSE_DEFAULT;
     if (!(rt->fakequant_decode_dense || (deflt && !forced_other))) return 0;
     const mla__kernel_kind *k = mla__kernel_kind_find("flashmla_decode_sm90");
     if (!k || strcmp(rt->arch, k->only_arch) || rt->flashmla_decode_portable) return 0;

@@ -115,9 +115,13 @@ static inline int mla__fq_sm90_default(int k_qdq, int v_qdq, int p_qdq) {
 #define MLA__FQ_DENSE_MAX_PARTS 512
 /* K and / or V quantized, P not (fakequant_decode_dense): the same dense path on the quantizing
  * specialization of flashmla/decode_sm90.cu (page sizes multiples of 8: its TMA loads); the
- * default where it applies when MLA__FQ_DENSE_KV_DEFAULT is 1, else only with
- * $MLAJIT_FAKEQUANT_DECODE=dense. */
-#define MLA__FQ_DENSE_KV_DEFAULT 0
+ * default where it applies for the modes (k_qdq, v_qdq) of mla__fq_dense_kv_default, else only
+ * with $MLAJIT_FAKEQUANT_DECODE=dense. */
+static inline int mla__fq_dense_kv_default(int k_qdq, int v_qdq) {
+    /* every K/V mode: faster than fakequant_decode_sm90 / decode_mma.cu in each (GPU request
+     * fqkv/2, docs/perf-notes.md) */
+    return k_qdq || v_qdq;
+}
 #define MLA__FQ_DENSE_KV_SMEM 231504   /* decode_sm90.cu kSmemBytesFq */
 /* The mirror of decode_sm90.cu sm90::FqScales (the kernel's third parameter). */
 typedef struct mla__fq_dense_scales {

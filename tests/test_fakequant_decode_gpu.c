@@ -116,7 +116,8 @@ static const char *kind_of(const mla_runtime *rt, int which, const mlt_fq_case *
     int sm90 = !strcmp(rt->arch, "sm_90a");
     if ((which == 4 || (which == 0 && MLA__FQ_DENSE_DEFAULT)) && sm90 && dense_case(c))
         return all_kinds[3];
-    if ((which == 4 || (which == 0 && MLA__FQ_DENSE_KV_DEFAULT)) && sm90 && dense_kv_case(c))
+    if ((which == 4 || (which == 0 && mla__fq_dense_kv_default(c->k, c->v))) && sm90 &&
+        dense_kv_case(c))
         return all_kinds[4];
     if (which == 0 || which == 4)
         return sm90 && mla__fq_sm90_default(c->k, c->v, c->p) ? all_kinds[0] : all_kinds[1];
