@@ -7,8 +7,9 @@
  * Properties: the result of a request does not depend on the page size or on its batch mates (bit
  * for bit; all NVFP4 and no quant), and num_kv_splits never changes a no-quant result beyond fp32
  * rounding (fp32 out; with a bf16 out at most one ulp, and not at all on the dense path). Every test
- * runs on four runtimes: the default one ("[default]": on sm_90a the wgmma kernel
- * fakequant/decode_sm90.cu for the modes it runs by default, decode_mma.cu for the others), one
+ * runs on five runtimes: the default one ("[default]": on sm_90a the wgmma kernel
+ * fakequant/decode_sm90.cu for the modes it runs by default, decode_mma.cu for the others, the
+ * dense path and its quantizing kind for the modes mla__fq_dense_kv_default names), one
  * created with MLAJIT_FAKEQUANT_DECODE=sm90 ("[sm90]": decode_sm90.cu for every mode), =mma
  * ("[mma]": the mma.sync kernel fakequant/decode_mma.cu), =fp32 ("[fp32]": the exact fp32
  * kernel) and =dense ("[dense]": without quantization, 16-bit q and out of the cache dtype the

@@ -1200,18 +1200,14 @@ __device__ bool attend_chunk90_fq(const DecodeParams &p, const TmaDesc &tk, cons
             if (load_b)  // K1's piece 8 read by warpgroup 1's Q K^T (M1)
                 load_rope<kRope1ByWg0<kPageClass>>(p, k1, nb, g, wt);
             pair_wg0_beta(st, f, m_a, sm1, r0);
-            // V only: V1_L's codes under P0 V0_L (M1: warpgroup 1's Q K^T of tile b and its tail
-            // zeros are done); K quantized: after P1, when tile b's raw V is back (pv_remote)
-            if (kKq == kFqNone && has_b) v_codes(smem + kSmemK1);
             wgmma_wait_group<0>();
             reg_fence(o);
             if (load_a)  // V0_L consumed
                 load_tile<0, kVPieces, kPageClass, kLoadFirst>(p, tk, k0, bar0, na, g, wt);
             scale_o(o, f);
             if (has_b)  // V1_L: K1 pieces 0-3
-                pv_remote<kF16P>(o, kBarP1, base + kSmemP1, k1, 0, [&] {
-                    if constexpr (kKq != kFqNone) v_codes(smem + kSmemK1);
-                });
+                pv_remote<kF16P>(o, kBarP1, base + kSmemP1, k1, 0,
+                                 [&] { v_codes(smem + kSmemK1); });
             if (load_b)  // V1_L consumed (or K1 unused in this pair)
                 load_tile<0, kVPieces, kPageClass, kLoadFirst>(p, tk, k1, bar1, nb, g, wt);
             if (next_a) {
@@ -1236,21 +1232,14 @@ __device__ bool attend_chunk90_fq(const DecodeParams &p, const TmaDesc &tk, cons
             float l_b[2] = {0.f, 0.f};
             if (has_b)
                 pair_wg1_p1<kF16P>(s, m_b, l_b, pa, smem, wm, lane, [&] { raw_v_back(tb, phase[1] ^ 1); });
-            // V only: V0_R's and V1_R's codes before the wait for P0 (M0: warpgroup 0's Q K^T of
-            // tile a and its tail zeros are done); K quantized: after P0 (tile a's raw V back)
-            if constexpr (kKq == kFqNone) {
-                v_codes(smem + kSmemK0);
-                if (has_b) v_codes(smem + kSmemK1);
-            }
-            pv_remote<kF16P>(o, kBarP0, base + kSmemP0, k0, 1, [&] {  // V0_R: K0 pieces 4-7
-                if constexpr (kKq != kFqNone) v_codes(smem + kSmemK0);
-            });
+            pv_remote<kF16P>(o, kBarP0, base + kSmemP0, k0, 1,  // V0_R: K0 pieces 4-7
+                             [&] { v_codes(smem + kSmemK0); });
             if (next_a) named_barrier_arrive(kBarP0Free, 2 * kWgThreads);
             if (load_a)  // V0_R read
                 load_tile<kVPieces, kPieces, kPageClass, kLoadFirst>(p, tk, k0, bar0, na, g, wt);
             pair_wg1_beta(st, o, f, m_a, m_b, l_b);
             if (has_b) {
-                if constexpr (kKq != kFqNone) v_codes(smem + kSmemK1);
+                v_codes(smem + kSmemK1);
                 pv_rs_wait<kF16P>(o, pa, k1, 1);
             }
             if (load_b)  // V1_R consumed (or K1 unused in this pair)
