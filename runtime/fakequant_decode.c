@@ -427,6 +427,7 @@ static int dense_chunk(const mla_runtime *rt) {
 }
 
 typedef struct dense_plan {
+    int kv;                /* K and / or V quantized: fakequant_decode_dense */
     int parts;             /* schedule parts (the decode grid's x) */
     long long slots;       /* FlashMLA split slots the workspace holds */
     size_t head;           /* bytes before the FlashMLA workspace */
@@ -440,15 +441,26 @@ static int stride16(const DLTensor *t, int dim) {
  * MLA__FQ_DENSE_DEFAULT unless another kernel is forced), no quantization with a 16-bit q and
  * out of the cache's dtype, on a runtime for sm_90a that runs flashmla_decode_sm90, the latent
  * shape and 16-byte rows of use_mma, q and out strides of 16 bytes, heads <= 2048, and a
- * workspace that holds every chunk of the longest request the block table can hold. */
+ * workspace that holds every chunk of the longest request the block table can hold. With K
+ * and / or V quantized and P not (pl->kv: fakequant_decode_dense), the same where chosen
+ * ($MLAJIT_FAKEQUANT_DECODE=dense, or by default for the modes of mla__fq_dense_kv_default), the page size is a multiple
+ * of 8 (its TMA loads) and every set scale is at least 2^-100 (its reciprocals finite). */
 static int use_dense(const mla_runtime *rt, const mla_attention_decode_args *a, const dims *d,
                      dense_plan *pl) {
     const int forced_other = rt->fakequant_decode_sm90 || rt->fakequant_decode_mma ||
                              rt->fakequant_decode_fp32;
-    if (!(rt->fakequant_decode_dense || (MLA__FQ_DENSE_DEFAULT && !forced_other))) return 0;
+    const int out_same = d->out == d->cache;
+    pl->kv = mla__fq_dense_kv_modes(a->k_qdq, a->v_qdq, a->p_qdq, d->q_fp32, out_same);
+    const int deflt = pl->kv ? mla__fq_dense_kv_default(a->k_qdq, a->v_qdq) : MLA__FQ_DENSE_DEFAULT;
+    if (!(rt->fakequant_decode_dense || (deflt && !forced_other))) return 0;
     const mla__kernel_kind *k = mla__kernel_kind_find("flashmla_decode_sm90");
     if (!k || strcmp(rt->arch, k->only_arch) || rt->flashmla_decode_portable) return 0;
-    if (!mla__fq_dense_modes(a->k_qdq, a->v_qdq, a->p_qdq, d->q_fp32, d->out == d->cache)) return 0;
+    if (!pl->kv && !mla__fq_dense_modes(a->k_qdq, a->v_qdq, a->p_qdq, d->q_fp32, out_same))
+        return 0;
+    /* the quantizing kernel's quantizers take reciprocals of the scales without a fallback */
+    if (pl->kv && (d->page % 8 || (a->k_qdq && mla__fq_scale(a->k_qdq, a->k_qdq_amax) < 0x1p-100f) ||
+                   (a->v_qdq && mla__fq_scale(a->v_qdq, a->v_qdq_amax) < 0x1p-100f)))
+        return 0;
     if (d->heads > 2048 || !stride16(a->q, 0) || !stride16(a->q, 1) || mla__data(a->q) % 16 ||
         !stride16(a->out, 0) || !stride16(a->out, 1) || mla__data(a->out) % 16)
         return 0;
@@ -522,6 +534,10 @@ static mla_status launch_dense(mla_runtime *rt, const mla_attention_decode_args 
     f.tile_scheduler_metadata = &sched, f.num_splits = &splits;
     f.softmax_scale = a->softmax_scale, f.causal = 0;
     f.out = &o4, f.softmax_lse = &l3, f.workspace = &fl;
+    if (pl->kv)   /* the same combine (-inf lse of requests without keys) after the K/V kernel */
+        return mla__flash_with_kvcache_fq(rt, &f, a->k_qdq, a->v_qdq,
+                                          mla__fq_scale(a->k_qdq, a->k_qdq_amax),
+                                          mla__fq_scale(a->v_qdq, a->v_qdq_amax), stream);
     /* the combine writes -inf as the lse of requests without keys (FlashMLA's is +inf) */
     return mla__flash_with_kvcache(rt, &f, "fakequant_dense_combine", stream);
 }
@@ -537,7 +553,11 @@ mla_status mla_attention_decode(mla_runtime *runtime, const mla_attention_decode
     MLA_FORWARD_IF_ERROR(mla__runtime_enter(runtime));
     if (use_mma(runtime, args, &d)) {
         dense_plan pl;
-        if (use_dense(runtime, args, &d, &pl)) return launch_dense(runtime, args, &d, &pl, stream);
+        if (use_dense(runtime, args, &d, &pl)) {
+            mla_status s = launch_dense(runtime, args, &d, &pl, stream);
+            /* the quantizing kernel refused (no TMA descriptor): the fake-quant kernels below */
+            if (!(pl.kv && s == MLA_ERR_NOT_SUPPORTED)) return s;
+        }
         CUtensorMap map;
         memset(&map, 0, sizeof map);
         if (use_sm90(runtime, args, &d) && encode_cache_tma(runtime, args, &d, &map)) {

@@ -27,6 +27,11 @@ mla_status mla__fakequant_decode_mma_build(const struct mla__spec *spec, char *n
  * (kernel_src/fakequant/decode_sm90.cu). runtime/fakequant.c. */
 mla_status mla__fakequant_decode_sm90_build(const struct mla__spec *spec, char *name_expr,
                                             size_t size, struct mla__launch_info *launch);
+/* "fakequant_decode_dense" (the same parameters; k_qdq or v_qdq set, p_qdq 0): K and / or V
+ * fake-quantized on the FlashMLA-compatible sm_90a decode (kernel_src/flashmla/decode_sm90.cu
+ * decode_sm90_fq_kernel), sm_90a only. runtime/fakequant.c. */
+mla_status mla__fakequant_decode_dense_build(const struct mla__spec *spec, char *name_expr,
+                                             size_t size, struct mla__launch_info *launch);
 /* "fakequant_prefill" (dtype, q_quant, k_quant, p_quant, v_quant, sparsity_m).
  * runtime/fakequant_prefill.c. */
 mla_status mla__fakequant_prefill_build(const struct mla__spec *spec, char *name_expr, size_t size,
@@ -105,6 +110,25 @@ static inline int mla__fq_sm90_default(int k_qdq, int v_qdq, int p_qdq) {
 #define MLA__FQ_DENSE_CHUNK 16384
 #define MLA__FQ_DENSE_DEFAULT 1
 #define MLA__FQ_DENSE_MAX_PARTS 512
+/* K and / or V quantized, P not (fakequant_decode_dense): the same dense path on the quantizing
+ * specialization of flashmla/decode_sm90.cu (page sizes multiples of 8: its TMA loads); the
+ * default where it applies for the modes (k_qdq, v_qdq) of mla__fq_dense_kv_default, else only
+ * with $MLAJIT_FAKEQUANT_DECODE=dense. */
+static inline int mla__fq_dense_kv_default(int k_qdq, int v_qdq) {
+    /* every K/V mode: faster than fakequant_decode_sm90 / decode_mma.cu in each (GPU request
+     * fqkv/2, docs/perf-notes.md) */
+    return k_qdq || v_qdq;
+}
+#define MLA__FQ_DENSE_KV_SMEM 231504   /* decode_sm90.cu kSmemBytesFq */
+/* The mirror of decode_sm90.cu sm90::FqScales (the kernel's third parameter). */
+typedef struct mla__fq_dense_scales {
+    float k_scale, v_scale;
+} mla__fq_dense_scales;
+_Static_assert(sizeof(mla__fq_dense_scales) == 8, "mirror of FqScales");
+static inline int mla__fq_dense_kv_modes(int k_qdq, int v_qdq, int p_qdq, int q_fp32,
+                                         int out_same) {
+    return (k_qdq || v_qdq) && p_qdq == 0 && !q_fp32 && out_same;
+}
 /* The modes and dtypes the dense path takes: no quantization, q of the cache's dtype (not the
  * fp32 carrier), out in the cache's dtype (out_same). */
 static inline int mla__fq_dense_modes(int k_qdq, int v_qdq, int p_qdq, int q_fp32, int out_same) {

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "runtime/fakequant_kinds.h"
 #include "runtime/flashmla_kinds.h"
 #include "runtime/flashmla_sparse.h"
 #include "runtime/internal.h"
@@ -446,6 +447,43 @@ static mla_status launch_combine(mla_runtime *rt, const mla__flashmla_decode_par
     /* Programmatic dependent of the decode: its launch overlaps the decode's tail (the kernel
      * waits for the decode's results before reading them). */
     return mla__launch_pdl(rt, k, (unsigned)d->b, row_blocks, 1, stream, args);
+}
+
+mla_status mla__flash_with_kvcache_fq(mla_runtime *rt, const mla_flash_with_kvcache_args *args,
+                                      int k_qdq, int v_qdq, float k_scale, float v_scale,
+                                      CUstream stream) {
+    static const char *const names[] = {"cache_dtype", "k_qdq", "v_qdq", "p_qdq"};
+    MLA_ARG_CHECK(rt != NULL, "runtime: expected a runtime, got NULL");
+    MLA_ARG_CHECK(args && !args->indices, "args: expected dense decode arguments");
+    dims d = {0};
+    MLA_FORWARD_IF_ERROR(check_call(rt, args, &d));
+    const mla__kernel_kind *kind = mla__kernel_kind_find("fakequant_decode_dense");
+    MLA_RETURN_ERROR_IF(!kind || strcmp(rt->arch, kind->only_arch) || d.kv == MLA__FLASHMLA_KV_FP8
+                        || d.causal || tma_box_rows(d.page) < MLA__FLASHMLA_TMA_MIN_ROWS,
+                        MLA_ERR_NOT_SUPPORTED, "fake-quant K/V dense decode: needs sm_90a, 16-bit "
+                        "KV, not causal, a page size multiple of %d", MLA__FLASHMLA_TMA_MIN_ROWS);
+    mla__flashmla_decode_params p;
+    fill_decode_params(args, &d, &p);
+    p.scale_log2 = (float)((double)d.scale_log2 * k_scale);   /* qk_eff: S is on the K codes */
+    CUtensorMap map;
+    memset(&map, 0, sizeof map);
+    MLA_RETURN_ERROR_IF(!encode_k_tma(rt, &p, &d, &map), MLA_ERR_NOT_SUPPORTED,
+                        "fake-quant K/V dense decode: no TMA descriptor for k_cache");
+    MLA_FORWARD_IF_ERROR(mla__runtime_enter(rt));
+    const long long values[] = {d.kv, k_qdq, v_qdq, 0};
+    const mla__kernel *k = NULL;
+    mla__spec spec;
+    mla__spec_init(&spec, "fakequant_decode_dense");
+    for (int i = 0; i < 4; i++) MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, names[i], values[i]));
+    MLA_FORWARD_IF_ERROR(mla__get_kernel(rt, &spec, &k));
+    unsigned m_blocks = (unsigned)((d.rows / d.h_kv + MLA__FLASHMLA_BLOCK_M - 1) /
+                                   MLA__FLASHMLA_BLOCK_M);
+    mla__fq_dense_scales fq = {k_scale, v_scale};
+    void *kargs[] = {(void *)&p, (void *)&map, (void *)&fq};
+    MLA_FORWARD_IF_ERROR(mla__launch_pdl(rt, k, (unsigned)d.parts, (unsigned)d.h_kv, m_blocks,
+                                         stream, kargs));
+    /* the fake-quant combine: -inf as the lse of requests without keys */
+    return launch_combine(rt, &p, &d, "fakequant_dense_combine", stream);
 }
 
 mla_status mla_flash_with_kvcache(mla_runtime *runtime, const mla_flash_with_kvcache_args *args,

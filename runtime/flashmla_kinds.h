@@ -121,4 +121,14 @@ _Static_assert(sizeof(mla__flashmla_metadata_params) == 40, "mirror of MetadataP
 _Static_assert(sizeof(mla__flashmla_decode_params) == 224, "mirror of DecodeParams");
 _Static_assert(sizeof(mla__flashmla_combine_params) == 88, "mirror of CombineParams");
 
+/* mla_flash_with_kvcache (bf16 / fp16, not causal, the sm_90a decode with TMA loads) on the
+ * fake-quant kind "fakequant_decode_dense" (k_qdq / v_qdq: 1 fp8, 2 nvfp4; scales as
+ * mla__fq_scale): K and / or V fake-quantized, P not; then the combine. MLA_ERR_NOT_SUPPORTED
+ * (nothing launched) where it does not apply: another arch, causal, a page size not a multiple
+ * of 8, or a k_cache the driver's TMA descriptor refuses. runtime/flashmla_decode.c. */
+struct mla_flash_with_kvcache_args;
+mla_status mla__flash_with_kvcache_fq(mla_runtime *rt, const struct mla_flash_with_kvcache_args *args,
+                                      int k_qdq, int v_qdq, float k_scale, float v_scale,
+                                      CUstream stream);
+
 #endif /* MLAJIT_FLASHMLA_KINDS_H */

@@ -7,14 +7,16 @@
  * Properties: the result of a request does not depend on the page size or on its batch mates (bit
  * for bit; all NVFP4 and no quant), and num_kv_splits never changes a no-quant result beyond fp32
  * rounding (fp32 out; with a bf16 out at most one ulp, and not at all on the dense path). Every test
- * runs on four runtimes: the default one ("[default]": on sm_90a the wgmma kernel
- * fakequant/decode_sm90.cu for the modes it runs by default, decode_mma.cu for the others), one
+ * runs on five runtimes: the default one ("[default]": on sm_90a the wgmma kernel
+ * fakequant/decode_sm90.cu for the modes it runs by default, decode_mma.cu for the others, the
+ * dense path and its quantizing kind for the modes mla__fq_dense_kv_default names), one
  * created with MLAJIT_FAKEQUANT_DECODE=sm90 ("[sm90]": decode_sm90.cu for every mode), =mma
  * ("[mma]": the mma.sync kernel fakequant/decode_mma.cu), =fp32 ("[fp32]": the exact fp32
  * kernel) and =dense ("[dense]": without quantization, 16-bit q and out of the cache dtype the
- * FlashMLA-compatible dense decode flashmla/decode_sm90.cu, the default's kernels otherwise; the
- * variable is read at runtime creation only); after each run the runtime's kernel table must hold
- * the expected kind and no other of the four.
+ * FlashMLA-compatible dense decode flashmla/decode_sm90.cu; with K and / or V quantized and P not,
+ * its quantizing specialization fakequant_decode_dense (page sizes multiples of 8); the default's
+ * kernels otherwise; the variable is read at runtime creation only); after each run the
+ * runtime's kernel table must hold the expected kind and no other of the five.
  * Reproduce a failure with MLAJIT_TEST_SEED=<seed from the message>. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
@@ -38,11 +40,6 @@ static mlt_fq_case sweep[] = {
     {"bf16 p fp8", 0, 0, 2, 16, {200, 41}, 16, 32, N0, N0, F8, 0, 0, 0, 0, 1},
     {"bf16 p nvfp4", 0, 0, 2, 16, {200, 41}, 16, 32, N0, N0, F4, 0, 0, 0, 0, 1},
     {"fp16 p nvfp4 s2 (multi-tile splits)", 1, 0, 2, 8, {300, 77}, 32, 2, N0, N0, F4, 0, 0, 0, 0, 1},
-    {"bf16 k fp8", 0, 0, 2, 8, {130, 17}, 64, 32, F8, N0, N0, 0, 0, 0, 0, 1},
-    {"bf16 k nvfp4 amax 3", 0, 0, 2, 8, {130, 17}, 64, 32, F4, N0, N0, 3.0f, 0, 0, 0, 1},
-    {"bf16 v fp8 amax 2", 0, 0, 2, 8, {130, 17}, 16, 32, N0, F8, N0, 0, 2.0f, 0, 0, 1},
-    {"bf16 v nvfp4 tail", 0, 0, 3, 8, {129, 31, 5}, 16, 32, N0, F4, N0, 0, 0, 0, 0, 1},
-    {"fp16 k fp8 + v nvfp4", 1, 0, 2, 8, {200, 50}, 32, 32, F8, F4, N0, 0, 0, 0, 0, 1},
     {"bf16 k nvfp4 + v fp8 + p fp8 out fp16", 0, 0, 2, 8, {200, 50}, 32, 4, F4, F8, F8, 0, 0, 0, 2, 1},
     {"bf16 all nvfp4 q fp32", 0, 1, 2, 16, {256, 100}, 64, 32, F4, F4, F4, 0, 0, 0, 0, 1},
     {"fp16 all fp8 amax p 0.5", 1, 0, 2, 8, {256, 100}, 16, 8, F8, F8, F8, 1.0f, 1.0f, 0.5f, 0, 0},
@@ -55,12 +52,34 @@ static mlt_fq_case sweep[] = {
      * partials and the combine, which also writes the -inf lse of the empty request) */
     {"fp16 none p64 s8 lens 2100/1/64", 1, 0, 3, 8, {2100, 1, 64}, 64, 8, N0, N0, N0, 0, 0, 0, 0, 1},
     {"bf16 none lens 17000/300/0", 0, 0, 3, 8, {17000, 300, 0}, 64, 32, N0, N0, N0, 0, 0, 0, 0, 1},
-    {"bf16 k fp8 H80", 0, 0, 1, 80, {150}, 16, 32, F8, N0, N0, 0, 0, 0, 0, 1},
     /* a plain float32 q (not the NVFP4 carrier, so not exact in 16 bits): the tensor-core decode
      * adds the residual product of q - fl16(q) */
     {"bf16 none q fp32 plain", 0, 2, 2, 16, {300, 45}, 64, 32, N0, N0, N0, 0, 0, 0, 3, 1},
     {"fp16 k fp8 + p nvfp4 q fp32 plain", 1, 2, 2, 8, {200, 64}, 32, 8, F8, N0, F4, 0, 0, 0, 0, 1},
 };
+
+/* K and / or V quantized, P not (on [dense] and by default where chosen: fakequant_decode_dense;
+ * pages that are multiples of 8), the same checks: single tiles with the open V tail, several
+ * tile pairs, 80 heads (two head blocks, the second partial), and 17000 keys (two dense chunks
+ * through FlashMLA's combine) with an empty request. */
+static mlt_fq_case kv_sweep[] = {
+    {"bf16 k fp8", 0, 0, 2, 8, {130, 17}, 64, 32, F8, N0, N0, 0, 0, 0, 0, 1},
+    {"bf16 k nvfp4 amax 3", 0, 0, 2, 8, {130, 17}, 64, 32, F4, N0, N0, 3.0f, 0, 0, 0, 1},
+    {"bf16 v fp8 amax 2", 0, 0, 2, 8, {130, 17}, 16, 32, N0, F8, N0, 0, 2.0f, 0, 0, 1},
+    {"bf16 v nvfp4 tail", 0, 0, 3, 8, {129, 31, 5}, 16, 32, N0, F4, N0, 0, 0, 0, 0, 1},
+    {"fp16 k fp8 + v nvfp4", 1, 0, 2, 8, {200, 50}, 32, 32, F8, F4, N0, 0, 0, 0, 0, 1},
+    {"bf16 k fp8 H80", 0, 0, 1, 80, {150}, 16, 32, F8, N0, N0, 0, 0, 0, 0, 1},
+    /* K and V quantized, P not, over several tile pairs and (17000) two dense chunks with an
+     * empty request: fakequant_decode_dense on [dense] */
+    {"bf16 k nvfp4 + v nvfp4 lens 4500/2100", 0, 0, 2, 8, {4500, 2100}, 64, 32, F4, F4, N0, 0, 0,
+     0, 0, 1},
+    {"fp16 k fp8 + v fp8 lens 17000/300/0", 1, 0, 3, 8, {17000, 300, 0}, 64, 32, F8, F8, N0, 0, 0,
+     0, 0, 1},
+};
+
+ParameterizedTestParameters(fakequant_decode_gpu, kv_sweep) {
+    return cr_make_param_array(mlt_fq_case, kv_sweep, sizeof kv_sweep / sizeof kv_sweep[0]);
+}
 
 ParameterizedTestParameters(fakequant_decode_gpu, sweep) {
     return cr_make_param_array(mlt_fq_case, sweep, sizeof sweep / sizeof sweep[0]);
@@ -72,10 +91,11 @@ ParameterizedTestParameters(fakequant_decode_gpu, sweep) {
  * path where it applies; decode_mma.cu elsewhere), [1] $MLAJIT_FAKEQUANT_DECODE=sm90's
  * (decode_sm90.cu for every mode on sm_90a), [2] =mma's (decode_mma.cu), [3] =fp32's (decode.cu),
  * [4] =dense's (the dense path where it applies, else as [0] without it). */
-enum { N_KERNELS = 5, N_KINDS = 4 };
+enum { N_KERNELS = 5, N_KINDS = 5 };
 static const char *const envs[N_KERNELS] = {NULL, "sm90", "mma", "fp32", "dense"};
 static const char *const all_kinds[N_KINDS] = {"fakequant_decode_sm90", "fakequant_decode_mma",
-                                               "fakequant_decode", "flashmla_decode_sm90"};
+                                               "fakequant_decode", "flashmla_decode_sm90",
+                                               "fakequant_decode_dense"};
 static const char *const tags[N_KERNELS] = {"[default]", "[sm90]", "[mma]", "[fp32]", "[dense]"};
 
 /* Case c takes the dense path where it is chosen (sm_90a): no quantization, a 16-bit q, out of
@@ -85,11 +105,21 @@ static int dense_case(const mlt_fq_case *c) {
                                c->out == (c->fp16 ? 2 : 1));
 }
 
+/* Case c takes the quantizing dense path where it is chosen (sm_90a): K and / or V quantized, P
+ * not, a 16-bit q, out of the cache's dtype, a page size that is a multiple of 8. */
+static int dense_kv_case(const mlt_fq_case *c) {
+    return mla__fq_dense_kv_modes(c->k, c->v, c->p, c->q_fp32 != 0, c->out == 0 ||
+                                  c->out == (c->fp16 ? 2 : 1)) && c->page % 8 == 0;
+}
+
 /* The kind kernel `which` of rt runs for case c. */
 static const char *kind_of(const mla_runtime *rt, int which, const mlt_fq_case *c) {
     int sm90 = !strcmp(rt->arch, "sm_90a");
     if ((which == 4 || (which == 0 && MLA__FQ_DENSE_DEFAULT)) && sm90 && dense_case(c))
         return all_kinds[3];
+    if ((which == 4 || (which == 0 && mla__fq_dense_kv_default(c->k, c->v))) && sm90 &&
+        dense_kv_case(c))
+        return all_kinds[4];
     if (which == 0 || which == 4)
         return sm90 && mla__fq_sm90_default(c->k, c->v, c->p) ? all_kinds[0] : all_kinds[1];
     if (which == 1) return sm90 ? all_kinds[0] : all_kinds[1];
@@ -145,11 +175,21 @@ static void expect_oracle(const mlt_fq_case *c, const mlt_fq_run *r, int i, doub
     free(out), free(lse);
 }
 
-ParameterizedTest(mlt_fq_case *c, fakequant_decode_gpu, sweep) {
+/* Runtime `which` is among those to run: all, or those whose digits $MLT_FQ_RUNTIMES lists
+ * (kernel development on a GPU with a cold cache: e.g. "4" runs [dense] only; never set by the
+ * suite). */
+static int runtime_selected(int which) {
+    const char *e = getenv("MLT_FQ_RUNTIMES");
+    return !e || !*e || strchr(e, '0' + which) != NULL;
+}
+
+/* Case c on every (selected) runtime against its oracle. */
+static void run_case(const mlt_fq_case *c) {
     uint64_t seed = mlt_seed();
     char msg[512];
     int quant = c->k || c->v || c->p;
     for (int kd = 0; kd < N_KERNELS; kd++) {
+        if (!runtime_selected(kd)) continue;
         mla_runtime *rt = gpu_or_skip(kd);
         mlt_fq_run r;
         cr_assert(mlt_fq_make(c, seed, 4.0, &r, msg, sizeof msg) == 0, "%s: %s", c->name, msg);
@@ -162,6 +202,10 @@ ParameterizedTest(mlt_fq_case *c, fakequant_decode_gpu, sweep) {
         mla_runtime_destroy(rt);
     }
 }
+
+ParameterizedTest(mlt_fq_case *c, fakequant_decode_gpu, sweep) { run_case(c); }
+
+ParameterizedTest(mlt_fq_case *c, fakequant_decode_gpu, kv_sweep) { run_case(c); }
 
 /* The full recipe: against its oracle [rtol 5e-3, atol 2e-2], and cosine similarity > 0.98 vs
  * dense on every request (§5). The cosine is a property of the recipe and of the data: q of unit
@@ -208,14 +252,18 @@ Test(fakequant_decode_gpu, full_recipe_close_to_dense) {
 }
 
 /* Request 0 alone with page 64 vs in a batch of three with page 16: bit-identical out and lse;
- * modes all NVFP4 (mode 2) or none (mode 0: the dense path on [dense]). */
+ * modes all NVFP4 (mode 2), none (mode 0: the dense path on [dense]) or K and V NVFP4 with P none
+ * (mode 3: fakequant_decode_dense on [dense]). */
 static void invariance(int mode) {
+    const int p_mode = mode == 3 ? N0 : mode;
+    if (mode == 3) mode = F4;
     uint64_t seed = mlt_seed();
     char msg[512];
-    mlt_fq_case a = {"alone p64", 0, 0, 1, 8, {173}, 64, 32, mode, mode, mode, 0, 0, 0, 0, 1};
-    mlt_fq_case b = {"batched p16", 0, 0, 3, 8, {173, 250, 3}, 16, 32, mode, mode, mode, 0, 0, 0,
+    mlt_fq_case a = {"alone p64", 0, 0, 1, 8, {173}, 64, 32, mode, mode, p_mode, 0, 0, 0, 0, 1};
+    mlt_fq_case b = {"batched p16", 0, 0, 3, 8, {173, 250, 3}, 16, 32, mode, mode, p_mode, 0, 0, 0,
                      0, 1};
     for (int kd = 0; kd < N_KERNELS; kd++) {
+        if (!runtime_selected(kd)) continue;
         mla_runtime *rt = gpu_or_skip(kd);
         mlt_fq_run ra, rb;
         cr_assert(mlt_fq_make(&b, seed, 4.0, &rb, msg, sizeof msg) == 0, "%s", msg);
@@ -231,11 +279,11 @@ static void invariance(int mode) {
                   "%s", tags[kd], (unsigned long long)seed, msg);
         assert_kind(rt, kd, &a, "invariant_to_page_size_and_batch");
         size_t n = (size_t)8 * ra.rank;
-        cr_expect(memcmp(ra.out, rb.out, n * sizeof *ra.out) == 0, "mode %d %s seed %llu: request "
-                  "0 out differs between alone/page 64 and batched/page 16", mode, tags[kd],
+        cr_expect(memcmp(ra.out, rb.out, n * sizeof *ra.out) == 0, "mode %d p %d %s seed %llu: "
+                  "request 0 out differs between alone/page 64 and batched/page 16", mode, p_mode, tags[kd],
                   (unsigned long long)seed);
-        cr_expect(memcmp(ra.lse, rb.lse, 8 * sizeof *ra.lse) == 0, "mode %d %s seed %llu: request "
-                  "0 lse differs", mode, tags[kd], (unsigned long long)seed);
+        cr_expect(memcmp(ra.lse, rb.lse, 8 * sizeof *ra.lse) == 0, "mode %d p %d %s seed %llu: "
+                  "request 0 lse differs", mode, p_mode, tags[kd], (unsigned long long)seed);
         expect_oracle(&a, &ra, 0, mode ? 2e-2 : 5e-3, 5e-3, seed, tags[kd]);
         mlt_fq_free(&ra), mlt_fq_free(&rb);
         mla_runtime_destroy(rt);
@@ -245,6 +293,8 @@ static void invariance(int mode) {
 Test(fakequant_decode_gpu, invariant_to_page_size_and_batch) { invariance(F4); }
 
 Test(fakequant_decode_gpu, invariant_to_page_size_and_batch_no_quant) { invariance(N0); }
+
+Test(fakequant_decode_gpu, invariant_to_page_size_and_batch_kv_quant) { invariance(3); }
 
 /* Without quantization and with a bf16 out, splits 1 and 32: bit-identical on the dense path
  * (its chunks depend on the length only), else within one bf16 ulp (fp32 rounding moved across a

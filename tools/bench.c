@@ -181,6 +181,10 @@ static const bench_case cases[] = {
     {"fakequant-decode-none",
      "fake-quant decode without quantization: b 128 at L 4096 and 16384, b 4 at 16384",
      bench_fakequant_decode_none},
+    {"fakequant-decode-kv",
+     "fake-quant decode b 128, h 128, page 64, bf16, K/V modes without P: L 4096 (none, k, v, kv in "
+     "fp8 and nvfp4), L 16384 (none, k-fp8, v-fp8, kv-fp8)",
+     bench_fakequant_decode_kv},
     {"fakequant-prefill-8k",
      "fake-quant prefill S 8192 causal, h 128, d 192/128, bf16: none, fp8, nvfp4, 2:4",
      bench_fakequant_prefill_8k},

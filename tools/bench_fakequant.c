@@ -145,10 +145,12 @@ typedef struct fq_decode_shape {
     int len;          /* every request's length */
     double flashmla_us;
     int batch;        /* requests (at most FQ_B) */
-    int n_modes;      /* the first n_modes of fq_decode_modes */
+    int n_modes;      /* the first n_modes of fq_decode_modes (or of modes) */
     unsigned skip;    /* bit i set: mode i not run */
+    const struct fq_mode *modes;   /* NULL: fq_decode_modes */
 } fq_decode_shape;
 
+struct fq_mode;
 typedef struct fq_mode {
     const char *name;
     int k, v, p; /* decode: K, V, P; prefill: k = Q, K, P and V, p = sparsity N of N:4 */
@@ -158,6 +160,12 @@ static const fq_mode fq_decode_modes[] = {
     {"none", 0, 0, 0},      {"k-fp8", 1, 0, 0},   {"v-fp8", 0, 1, 0},
     {"p-fp8", 0, 0, 1},     {"k-nvfp4", 2, 0, 0}, {"v-nvfp4", 0, 2, 0},
     {"p-nvfp4", 0, 0, 2},   {"fp8", 1, 1, 1},     {"nvfp4", 2, 2, 2},
+};
+
+/* K and / or V quantized, P not (the dense path's quantizing kernel where it is chosen). */
+static const fq_mode fq_decode_kv_modes[] = {
+    {"none", 0, 0, 0},    {"k-fp8", 1, 0, 0},   {"v-fp8", 0, 1, 0},   {"kv-fp8", 1, 1, 0},
+    {"k-nvfp4", 2, 0, 0}, {"v-nvfp4", 0, 2, 0}, {"kv-nvfp4", 2, 2, 0},
 };
 
 enum { DQ, DCACHE, DBT, DLEN, DOUT, DLSE, DWS, N_DBUF };
@@ -255,7 +263,7 @@ static int fq_decode_run(bench_ctx *ctx, const fq_decode_shape *sh) {
     if (fq_decode_setup(ctx, sh, f) != CLI_OK) goto done;
     BENCH_CU(rt, cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
     for (int i = 0; i < sh->n_modes; i++) {
-        const fq_mode *m = &fq_decode_modes[i];
+        const fq_mode *m = sh->modes ? &sh->modes[i] : &fq_decode_modes[i];
         if (sh->skip >> i & 1) continue;
         mla_attention_decode_args *a = &f->args;
         int iters = ctx->iters ? ctx->iters : 20;
@@ -310,6 +318,15 @@ int bench_fakequant_decode_none(bench_ctx *ctx) {
     for (int i = 0; i < 3; i++)
         if (fq_decode_run(ctx, &sh[i]) != CLI_OK) rc = CLI_FAIL;
     return rc;
+}
+
+/* K / V modes only (no P quantization), L 4096 and 16384. */
+int bench_fakequant_decode_kv(bench_ctx *ctx) {
+    static const fq_decode_shape sh4 = {"fq-dec-kv-4k", 4096, 230.0, FQ_B, 7, 0, fq_decode_kv_modes};
+    static const fq_decode_shape sh16 = {"fq-dec-kv-16k", 16384, 870.0, FQ_B, 4, 0,
+                                         fq_decode_kv_modes};
+    int rc = fq_decode_run(ctx, &sh4);
+    return rc != CLI_OK ? rc : fq_decode_run(ctx, &sh16);
 }
 
 /* ---- prefill --------------------------------------------------------------------------------- */

@@ -55,9 +55,31 @@
 //   sM0 229376 and sM1 229632 (64 floats each), row-sum exchange 229888 (2 x 64 floats),
 //   mbarriers 230400 (K0: 2, K1: 2), the next chunk's descriptor 230432 (8 ints); 230464 bytes
 //   + 1024 for alignment.
+//
+// Fake-quant K and V (decode_sm90_fq_kernel, the kind fakequant_decode_dense: mla_attention_decode
+// with K and/or V quantized and P not; spec/fakequant.md 2.1-2.2, docs/FAKEQUANT.md). K and V
+// quantization do not depend on the tiling, so the same pipeline runs on codes (the values
+// without the per-tensor factor, exact in 16 bits: fakequant/decode_mma_codes.cuh's quantizers,
+// whose decisions are quant.cuh's): S = Q Kc^T times scale_log2 = fl32(qk_scale * k_scale)
+// (set by the host), out = O v_scale / l. Page class 1 (TMA) only, not causal.
+//   V quantized: after the Q K^T of a tile (and its tail rows zeroed), each warpgroup turns the
+//     V columns it reads ([256 wg, +256): pieces 0-3 / 4-7) into fp16 codes in place (fp8
+//     elementwise; NVFP4 along 16-token groups of each column, tiles start at multiples of 64
+//     keys, so groups are absolute and whole; zeroed tail rows do not raise the open group's
+//     amax). P V then runs in fp16 (P rounded to fp16, the codes exact), whatever the cache dtype.
+//   K quantized: the warpgroup that computes a tile's S turns all 9 pieces into K codes (cache
+//     dtype) in place before its products (pieces 0-3 after their mbarrier, 4-8 after theirs,
+//     under the products of 0-3), and once Q K^T is done loads the raw V pieces 0-7 of the tile
+//     again by TMA (its reload mbarrier R0 / R1 at kSmemR, one phase per tile), waited for before
+//     its P tile is published (so the other warpgroup, which reads the tile after the P barrier,
+//     sees the raw V too); the tail rows are zeroed after the reload.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "common/mbarrier.cuh"
 #include "common/wgmma.cuh"
+#include "fakequant/decode_mma_codes.cuh"
 #include "flashmla/decode.cu"
 
 namespace mla {
@@ -84,6 +106,10 @@ static_assert(kSmemP0 % 1024 == 0 && kSmemP1 % 1024 == 0, "swizzle atoms 1024-al
 static_assert(kSmemBar % 8 == 0, "mbarriers 8-aligned");
 static_assert(kTileBytes90 == kTileBytes, "same tile size as the portable kernel");
 static_assert(kSmemBytes90 <= 232448, "fits the sm_90 shared memory of one CTA");
+// Fake-quant K: the reload mbarriers R0 (K0's raw V, warpgroup 0) and R1 (K1's, warpgroup 1).
+constexpr int kSmemR = kSmemUsed;
+constexpr int kSmemBytesFq = kSmemR + 2 * 8 + 1024;      // 231504
+static_assert(kSmemBytesFq <= 232448, "fits the sm_90 shared memory of one CTA");
 
 constexpr int kWgThreads = 128;
 // M0 / M1: sM0 / sM1 written; P0 / P1: sP0 / sP1 written; P0_FREE: warpgroup 1 has read sP0.
@@ -287,7 +313,15 @@ __device__ __forceinline__ int tma_box_rows(const DecodeParams &p) {
 // class 1 by TMA, the threads wt = 2 k R issuing the boxes of rows [k R, k R + R) and thread 0
 // posting the group's bytes on its mbarrier (a box that completes before the post leaves the
 // phase open: its arrival is still pending); else by cp.async from the warpgroup.
-template <int kLo, int kHi, int kPageClass>
+// kEvictFirst false: an evict_normal L2 policy (fake-quant K: the tile is read again by the
+// reload of its raw V).
+__device__ __forceinline__ unsigned long long l2_policy_evict_normal() {
+    unsigned long long policy;
+    asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy));
+    return policy;
+}
+
+template <int kLo, int kHi, int kPageClass, bool kEvictFirst = true>
 __device__ __forceinline__ void load_tile(const DecodeParams &p, const TmaDesc &tk, unsigned buf,
                                           unsigned bars, RowRef r, int g, int wt) {
     if constexpr (kPageClass == 1) {
@@ -295,7 +329,9 @@ __device__ __forceinline__ void load_tile(const DecodeParams &p, const TmaDesc &
         if (wt == 0) mbarrier_arrive_expect_tx(bar, (kHi - kLo) * kPieceBytes);
         if ((wt & (2 * tma_box_rows(p) - 1)) == 0) {
             const unsigned dst = buf + (wt >> 1) * 128;  // row wt / 2 of each piece
-            const unsigned long long stream = l2_policy_evict_first();  // K is read once or twice
+            // K is read once or twice
+            const unsigned long long stream =
+                kEvictFirst ? l2_policy_evict_first() : l2_policy_evict_normal();
 #pragma unroll
             for (int pc = kLo; pc < kHi; pc++)
                 tma_load_4d(dst + pc * kPieceBytes, &tk, bar, pc * 64, g, r.row, r.blk, stream);
@@ -359,9 +395,18 @@ __device__ __forceinline__ void qk_rope(float (&s)[8][4], const unsigned (&q8)[4
                                     1);
 }
 
-template <bool kF16, bool kGenericLoads, bool kRopeFirst = false>
+// A hook that does nothing (the default of the fake-quant hooks below).
+struct NoHook {
+    __device__ __forceinline__ void operator()() const {}
+    __device__ __forceinline__ void operator()(int, int) const {}
+};
+
+// prepare(lo, hi): called after the wait for pieces [lo, hi) (fake-quant K: their codes), before
+// their products.
+template <bool kF16, bool kGenericLoads, bool kRopeFirst = false, class Prepare = NoHook>
 __device__ __forceinline__ void qk_tile(float (&s)[8][4], const unsigned (&q8)[4][4], unsigned q,
-                                        unsigned buf, unsigned bars, unsigned parity) {
+                                        unsigned buf, unsigned bars, unsigned parity,
+                                        Prepare prepare = {}) {
     const unsigned long long qd0 = wgmma_desc_sw128(q, 16, 1024);
     const unsigned long long kd0 = wgmma_desc_sw128(buf, 16, 1024);
     wgmma_fence();
@@ -371,6 +416,7 @@ __device__ __forceinline__ void qk_tile(float (&s)[8][4], const unsigned (&q8)[4
         if (pc == 0 || pc == kVPieces) {
             mbarrier_wait_parity(bars + (pc == 0 ? 0 : 8), parity);
             if (kGenericLoads) fence_proxy_async_shared();  // cp.async data, seen via the mbarrier
+            prepare(pc == 0 ? 0 : kVPieces, pc == 0 ? kVPieces : kPieces);
         }
         unsigned long long qd = qd0, kd = kd0;
         opaque(qd), opaque(kd);
@@ -416,10 +462,12 @@ __device__ __forceinline__ void pv_issue_ss(float (&o)[32][4], unsigned p_tile, 
 // O[:, 256 half : +256] += P V_half with the other warpgroup's P: waits for its P tile (named
 // barrier bar), makes the buffer's pieces that warpgroup's loads filled visible to wgmma, and
 // returns with the product complete.
-template <bool kF16>
+// prepare(): after the barrier, before the product (fake-quant V: this half's codes).
+template <bool kF16, class Prepare = NoHook>
 __device__ __forceinline__ void pv_remote(float (&o)[32][4], int bar, unsigned p_tile,
-                                          unsigned buf, int half) {
+                                          unsigned buf, int half, Prepare prepare = {}) {
     named_barrier_sync(bar, 2 * kWgThreads);
+    prepare();
     fence_proxy_async_shared();
     wgmma_fence();
     pv_issue_ss<kF16>(o, p_tile, buf, half);
@@ -514,11 +562,14 @@ __device__ __forceinline__ void scale_o(float (&o)[32][4], const float (&f)[2]) 
 // Warpgroup 0, tile a (S scaled and masked): the running max to m_a (published in sm0, M0), O
 // and l to it, P0 = 2^(S - m_a) to sP0 (after the last pair's readers freed it when p0_busy,
 // P0) and P0 V0_L issued and committed, not waited on.
-template <bool kF16>
+// Fake-quant hooks: before_p() runs before P0 is published (K quantized: the raw V back),
+// before_pv() before P0 V0_L is issued (V quantized: V0_L's codes).
+template <bool kF16, class BeforeP = NoHook, class BeforePv = NoHook>
 __device__ __forceinline__ void pair_wg0_pv(float (&s)[8][4], RowState &st, float (&o)[32][4],
                                             unsigned (&pa)[4][4], float (&m_a)[2], float (&f)[2],
                                             float *sm0, unsigned char *smem, unsigned k0, int r0,
-                                            int wm, int lane, bool p0_busy) {
+                                            int wm, int lane, bool p0_busy, BeforeP before_p = {},
+                                            BeforePv before_pv = {}) {
     float mx[2], mu[2];
     row_max64(s, mx);
 #pragma unroll
@@ -532,11 +583,13 @@ __device__ __forceinline__ void pair_wg0_pv(float (&s)[8][4], RowState &st, floa
     named_barrier_arrive(kBarM0, 2 * kWgThreads);
     scale_o(o, f);
     exp_rows(s, mu, st.l);
+    before_p();
     if (p0_busy) named_barrier_sync(kBarP0Free, 2 * kWgThreads);  // the last pair's sP0
     store_p<kF16>(smem + kSmemP0, s, wm, lane);
     fence_proxy_async_shared();
     named_barrier_arrive(kBarP0, 2 * kWgThreads);
     p_fragments<kF16>(s, pa);
+    before_pv();
     wgmma_fence();
     pv_issue_rs<kF16>(o, pa, k0, 0);
     wgmma_commit_group();
@@ -576,14 +629,17 @@ __device__ __forceinline__ void pair_wg1_max(RowState &st, float (&o)[32][4], co
 
 // Warpgroup 1, tile b: P1 = 2^(S - m_b) (its row sums to l_b) to sP1 for warpgroup 0 (P1), its
 // A fragments in pa.
-template <bool kF16>
+// before_p(): before P1 is published (fake-quant K: the raw V of tile b back).
+template <bool kF16, class BeforeP = NoHook>
 __device__ __forceinline__ void pair_wg1_p1(float (&s)[8][4], const float (&m_b)[2],
                                             float (&l_b)[2], unsigned (&pa)[4][4],
-                                            unsigned char *smem, int wm, int lane) {
+                                            unsigned char *smem, int wm, int lane,
+                                            BeforeP before_p = {}) {
     float mu[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) mu[h] = m_b[h] == -inf_f32() ? 0.f : m_b[h];
     exp_rows(s, mu, l_b);
+    before_p();
     store_p<kF16>(smem + kSmemP1, s, wm, lane);
     fence_proxy_async_shared();
     named_barrier_arrive(kBarP1, 2 * kWgThreads);
@@ -641,9 +697,10 @@ __device__ __forceinline__ void quad_transpose(unsigned (&a)[4], int q) {
 template <int kKV>
 __device__ __forceinline__ void store_rows90(const DecodeParams &p, const float (&o)[32][4],
                                              const RowState &st, int req, int g, int m, int rows,
-                                             bool direct, int slot, int wm, int wg, int lane) {
+                                             bool direct, int slot, int wm, int wg, int lane,
+                                             float v_scale = 1.f) {
     if (!direct) {
-        store_rows<kKV>(p, o, st, req, g, m, rows, false, slot, 1.f, wm, wg, lane);
+        store_rows<kKV>(p, o, st, req, g, m, rows, false, slot, v_scale, wm, wg, lane);
         return;
     }
     constexpr bool kOutF16 = KvTraits<kKV>::kOutF16;
@@ -655,7 +712,7 @@ __device__ __forceinline__ void store_rows90(const DecodeParams &p, const float 
         const int rc = valid ? rr : rows - 1;
         const int j = rc / p.heads_per_kv, head = g * p.heads_per_kv + rc % p.heads_per_kv;
         const float l = st.l[h];
-        const float inv = l > 0.f ? 1.f / l : 0.f;
+        const float inv = l > 0.f ? v_scale / l : 0.f;
         unsigned char *dst = static_cast<unsigned char *>(p.out) +
                              ((long long)req * p.o_stride_b + (long long)j * p.o_stride_s +
                               (long long)head * p.o_stride_h + wg * 256 + 8 * q) * 2;
@@ -673,6 +730,187 @@ __device__ __forceinline__ void store_rows90(const DecodeParams &p, const float 
             p.lse[((long long)req * p.h_q + head) * p.s_q + j] =
                 l > 0.f ? row_lse_ln(st.m[h], l) : inf_f32();
     }
+}
+
+// ---- Fake-quant K and V (decode_sm90_fq_kernel) -----------------------------------------------
+
+// The per-tensor scales of the quantized operands (kernel parameter): fp8 amax / 448, NVFP4 the
+// global scale amax / 2688, 1 for None (runtime mla__fq_scale); unused for an unquantized one.
+struct FqScales {
+    float k_scale, v_scale;
+};
+enum FqMode : int { kFqNone = 0, kFqFp8 = 1, kFqNvfp4 = 2 };
+
+// A raw 16-bit pair (cache dtype) as two floats.
+template <bool kF16>
+__device__ __forceinline__ void raw2(unsigned w, float &lo, float &hi) {
+    if constexpr (kF16) {
+        lo = __half2float(__ushort_as_half((unsigned short)(w & 0xffffu)));
+        hi = __half2float(__ushort_as_half((unsigned short)(w >> 16)));
+    } else {
+        lo = __uint_as_float(w << 16), hi = __uint_as_float(w & 0xffff0000u);
+    }
+}
+
+// The quantizers of decode_mma_codes.cuh without their branches (a branch per element had the
+// compiler serialize the element chains: v-fp8 2.8x none, k-fp8 9.9x in GPU request fqkv/1):
+// the host runs this kernel only when every set scale is at least 2^-100, so that 1 / sc,
+// 1 / (6 gs) and 1 / sb (sb = 0 or >= 2^-109) are finite where they are used.
+// x / b from y = 1 / b (finite): div_rcp without its branch for an infinite reciprocal.
+__device__ __forceinline__ float fq_div(float x, float b, float y) {
+    const float q0 = __fmul_rn(x, y);
+    const float q1 = __fmaf_rn(__fmaf_rn(-q0, b, x), y, q0);
+    return select(fabsf(q0) == __int_as_float(0x7f800000), q0, q1);
+}
+// fp8_scaled without its clamp to +-448: the conversion it feeds (e4m3x2_f16x2,
+// cvt.rn.satfinite) takes every |q| > 448 to 448, the E4M3 of the clamped value (448 rounds to
+// itself; 448 < |q| < 464 would round to 448 too, beyond is satfinite's).
+__device__ __forceinline__ float fq_fp8_scaled(float x, float sc, float rsc) {
+    return fq_div(x, sc, rsc);
+}
+// nvfp4_scale (g6 = fl32(6 gs), r6 = 1 / g6).
+__device__ __forceinline__ fakequant::Nvfp4Scale fq_nvfp4_scale(float bamax, float gs, float g6,
+                                                                float r6) {
+    fakequant::Nvfp4Scale sc;
+    sc.sc = fakequant::e4m3_rn(fq_div(bamax, g6, r6));   // min(., 448): satfinite
+    sc.sb = __fmul_rn(sc.sc, gs);
+    sc.rsb = __frcp_rn(sc.sb);
+    return sc;
+}
+// nvfp4_code: nvfp4_code_fast, which also gives nvfp4_code's 0 where sb == 0 (then 1 / sb is
+// inf, the quotient inf or NaN, e2m1_mag_fast 6 for both, times sc = 0), with x's sign bit.
+__device__ __forceinline__ float fq_nvfp4_code(float x, const fakequant::Nvfp4Scale &s) {
+    const float a = fabsf(x), q0 = __fmul_rn(a, s.rsb);
+    const float q1 = __fmaf_rn(__fmaf_rn(-q0, s.sb, a), s.rsb, q0);
+    const float r =
+        fakequant::e2m1_mag_fast(select(q0 == __int_as_float(0x7f800000), q0, q1)) * s.sc;
+    return __uint_as_float(__float_as_uint(r) | (__float_as_uint(x) & 0x80000000u));
+}
+
+// The fp8 codes of a raw pair as an fp16 pair (kOutF16) or a bf16 one (exact either way).
+template <bool kF16, bool kOutF16>
+__device__ __forceinline__ unsigned fp8_code_pair(unsigned w, float sc, float rsc) {
+    float lo, hi;
+    raw2<kF16>(w, lo, hi);
+    const unsigned h =
+        fakequant::e4m3x2_f16x2(fq_fp8_scaled(lo, sc, rsc), fq_fp8_scaled(hi, sc, rsc));
+    if constexpr (kOutF16) return h;
+    else
+        return pack2<false>(__half2float(__ushort_as_half((unsigned short)(h & 0xffffu))),
+                            __half2float(__ushort_as_half((unsigned short)(h >> 16))));
+}
+
+template <bool kF16, bool kOutF16>
+__device__ __forceinline__ void fp8_codes_chunk(unsigned char *a, float sc, float rsc) {
+    uint4 v = *reinterpret_cast<const uint4 *>(a);
+    v.x = fp8_code_pair<kF16, kOutF16>(v.x, sc, rsc);
+    v.y = fp8_code_pair<kF16, kOutF16>(v.y, sc, rsc);
+    v.z = fp8_code_pair<kF16, kOutF16>(v.z, sc, rsc);
+    v.w = fp8_code_pair<kF16, kOutF16>(v.w, sc, rsc);
+    *reinterpret_cast<uint4 *>(a) = v;
+}
+
+// Makes this warpgroup's code writes visible to its wgmma (barrier 6 + wg, as zero_tail_rows).
+__device__ __forceinline__ void codes_visible(int wg) {
+    fence_proxy_async_shared();
+    named_barrier_sync(6 + wg, kWgThreads);
+}
+
+// K codes (cache dtype) in place of pieces [lo, hi) of the tile at buf, by the 128 threads of
+// warpgroup wg: fp8 elementwise (the swizzle permutes whole 16-byte chunks, so every chunk of a
+// piece is one of 8 values); NVFP4 blocks of 16 features of a row, two 16-byte chunks whose
+// physical positions in the row are 2 j and 2 j + 1 whatever the row's swizzle (c ^ (r & 7)
+// keeps pairs c, c ^ 1 together).
+template <bool kF16, int kMode>
+__device__ __forceinline__ void quantize_k_pieces(unsigned char *buf, int lo, int hi, float ks,
+                                                  int wt, int wg) {
+    if constexpr (kMode == kFqFp8) {
+        const float rk = __frcp_rn(ks);
+#pragma unroll 1
+        for (int pc = lo; pc < hi; pc++)
+#pragma unroll
+            for (int i = 0; i < kPieceBytes / 16 / kWgThreads; i++)
+                fp8_codes_chunk<kF16, kF16>(buf + pc * kPieceBytes + (wt + i * kWgThreads) * 16,
+                                            ks, rk);
+    } else if constexpr (kMode == kFqNvfp4) {
+        const float k6 = __fmul_rn(6.f, ks), rk6 = __frcp_rn(k6);
+#pragma unroll 1
+        for (int pc = lo; pc < hi; pc++)
+#pragma unroll
+            for (int i = 0; i < kPieceBytes / 32 / kWgThreads; i++) {
+                unsigned char *a = buf + pc * kPieceBytes + (wt + i * kWgThreads) * 32;
+                const uint4 u0 = *reinterpret_cast<const uint4 *>(a);
+                const uint4 u1 = *reinterpret_cast<const uint4 *>(a + 16);
+                unsigned u[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+                float x[16], bamax = 0.f;
+#pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    raw2<kF16>(u[e], x[2 * e], x[2 * e + 1]);
+                    bamax = fmaxf(bamax, fmaxf(fabsf(x[2 * e]), fabsf(x[2 * e + 1])));
+                }
+                const fakequant::Nvfp4Scale bs = fq_nvfp4_scale(bamax, ks, k6, rk6);
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    u[e] = pack2<kF16>(fq_nvfp4_code(x[2 * e], bs), fq_nvfp4_code(x[2 * e + 1], bs));
+                *reinterpret_cast<uint4 *>(a) = make_uint4(u[0], u[1], u[2], u[3]);
+                *reinterpret_cast<uint4 *>(a + 16) = make_uint4(u[4], u[5], u[6], u[7]);
+            }
+    }
+    if constexpr (kMode != kFqNone) codes_visible(wg);
+}
+
+// V codes (fp16) in place of the V columns [256 half, +256) (pieces 4 half .. 4 half + 3) of the
+// tile at buf (raw, tail rows zeroed), by the 128 threads of warpgroup wg: fp8 elementwise;
+// NVFP4 along the 4 groups of 16 rows of each column, in units of 4 columns (8 bytes) x 16 rows,
+// unit u = wt, wt + 128: bytes 8 (u % 2) of logical chunk (u / 2) % 8, group (u / 16) % 4,
+// piece 4 half + u / 64; first the 4 columns' amaxes, then their codes (a warp reads 2 whole
+// 128-byte rows per access; 4 columns at a time for the registers: o and P are live here).
+template <bool kF16, int kMode>
+__device__ __forceinline__ void quantize_v_half(unsigned char *buf, int half, float vs, int wt,
+                                                int wg) {
+    if constexpr (kMode == kFqFp8) {
+        const float rv = __frcp_rn(vs);
+        unsigned char *b = buf + half * kVPieces * kPieceBytes;
+#pragma unroll 4
+        for (int i = 0; i < kVPieces * kPieceBytes / 16 / kWgThreads; i++)
+            fp8_codes_chunk<kF16, true>(b + (wt + i * kWgThreads) * 16, vs, rv);  // 16 chunks
+    } else if constexpr (kMode == kFqNvfp4) {
+        const float v6 = __fmul_rn(6.f, vs), rv6 = __frcp_rn(v6);
+#pragma unroll 1
+        for (int u = wt; u < 2 * kWgThreads; u += kWgThreads) {
+            unsigned char *b = buf + (half * kVPieces + (u >> 6)) * kPieceBytes;
+            const int c = (u >> 1) & 7, hb = (u & 1) * 8, r0 = ((u >> 4) & 3) * 16;
+            float m[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int rr = 0; rr < 16; rr++) {
+                const int r = r0 + rr;
+                const uint2 v =
+                    *reinterpret_cast<const uint2 *>(b + r * 128 + ((c ^ (r & 7)) << 4) + hb);
+                float x0, x1, x2, x3;
+                raw2<kF16>(v.x, x0, x1);
+                raw2<kF16>(v.y, x2, x3);
+                m[0] = fmaxf(m[0], fabsf(x0)), m[1] = fmaxf(m[1], fabsf(x1));
+                m[2] = fmaxf(m[2], fabsf(x2)), m[3] = fmaxf(m[3], fabsf(x3));
+            }
+            fakequant::Nvfp4Scale sc[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) sc[e] = fq_nvfp4_scale(m[e], vs, v6, rv6);
+#pragma unroll 4
+            for (int rr = 0; rr < 16; rr++) {
+                const int r = r0 + rr;
+                uint2 *a = reinterpret_cast<uint2 *>(b + r * 128 + ((c ^ (r & 7)) << 4) + hb);
+                const uint2 v = *a;
+                float x[4];
+                raw2<kF16>(v.x, x[0], x[1]);
+                raw2<kF16>(v.y, x[2], x[3]);
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    x[e] = fq_nvfp4_code(x[e], sc[e]);
+                *a = make_uint2(pack2<true>(x[0], x[1]), pack2<true>(x[2], x[3]));
+            }
+        }
+    }
+    if constexpr (kMode != kFqNone) codes_visible(wg);
 }
 
 // Attention of the CTA's rows over keys [t_begin, t_end) of request req. Q (and Q8 unless
@@ -821,6 +1059,209 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
     return n_tiles > 0;
 }
 
+// attend_chunk90 with fake-quant K (kKq) and / or V (kVq) (FqMode; decode_sm90_fq_kernel, the
+// file comment): page class 1, not causal. A copy of attend_chunk90 with the quantization steps
+// (kept apart so that the FlashMLA kinds' SASS stays what it was).
+template <int kKV, int kKq, int kVq>
+__device__ bool attend_chunk90_fq(const DecodeParams &p, const TmaDesc &tk, const FqScales &fq,
+                                  unsigned char *smem, unsigned (&q8)[4][4], bool &q_pending,
+                                  unsigned (&phase)[2], int req, int g, int m, int rows, int len,
+                                  int t_begin, int t_end, bool direct, int slot, bool preloaded) {
+    constexpr int kPageClass = 1;
+    constexpr bool kCausal = false;
+    constexpr bool kF16 = KvTraits<kKV>::kF16;
+    constexpr bool kF16P = kVq != kFqNone || kF16;  // P and V of P V (V codes: fp16)
+    constexpr bool kLoadFirst = kKq == kFqNone;     // evict_first for the tile loads
+    const auto [lane, warp, wm, wg, wt] = thread90();
+    const auto [base, q, k0, k1, bar0, bar1, sm0, sm1, red] = smem90(smem);
+    const int qwg = wg, qwt = wt;  // for the lambdas below (structured bindings are not captured)
+    const unsigned rbar = base + kSmemR + 8 * wg;  // R0 (warpgroup 0, K0) / R1 (warpgroup 1, K1)
+    unsigned char *const own = smem + (wg == 0 ? kSmemK0 : kSmemK1);  // this warpgroup's tile
+    const unsigned own_addr = wg == 0 ? k0 : k1;
+    // K codes of the own tile's pieces, after their mbarrier (qk_tile's hook)
+    auto k_codes = [&](int lo, int hi) {
+        quantize_k_pieces<kF16, kKq>(own, lo, hi, fq.k_scale, qwt, qwg);
+    };
+    // K quantized: once this warpgroup's Q K^T is done, its tile's raw V again (rows of r)
+    auto reload = [&](RowRef r) {
+        if constexpr (kKq != kFqNone)
+            load_tile<0, kPieces - 1, kPageClass>(p, tk, own_addr, rbar, r, g, qwt);
+    };
+
+    const volatile NextChunk *nx = reinterpret_cast<const volatile NextChunk *>(smem + kSmemNext);
+    RowState st;
+    float o[32][4];
+    int limit[2];
+    const int t_stop = chunk_rows_init<kCausal>(p, st, o, limit, m, rows, len, t_end, wm, lane);
+    const int n_tiles = t_stop > t_begin ? (t_stop - t_begin + kBlockN - 1) / kBlockN : 0;
+    const int r0 = wm * 16 + (lane >> 2);
+    float s[8][4];
+    unsigned pa[4][4];
+    // K quantized: waits for the own tile's raw V (before its P tile is published), then zeroes
+    // its rows past t_stop (the tile at t0)
+    // (the reload of the own tile came after its Q K^T, which toggled phase[wg]: the reload
+    // mbarrier's phase of the same count has the parity phase[wg] ^ 1)
+    auto raw_v_back = [&](int t0, unsigned parity) {
+        if constexpr (kKq != kFqNone) {
+            mbarrier_wait_parity(rbar, parity);
+            if (t0 + kBlockN > t_stop) zero_tail_rows(own, t_stop - t0, qwg, qwt);
+        }
+    };
+    // V quantized: the codes of this warpgroup's V columns of the tile at buf
+    auto v_codes = [&](unsigned char *buf) {
+        quantize_v_half<kF16, kVq>(buf, qwg, fq.v_scale, qwt, qwg);
+    };
+
+    // Prologue: tiles 0 and 1 (warpgroup 0 loads pieces 0-3 of both, warpgroup 1 pieces 4-8),
+    // issued before the wait for a request's Q so that both loads are in flight together.
+    const unsigned tk0 = k0, tk1 = k1, tb0 = bar0, tb1 = bar1;  // (for the lambda)
+    auto prologue = [&](RowRef ra, RowRef rb) {
+        if (qwg == 0) {
+            load_tile<0, kVPieces, kPageClass, kLoadFirst>(p, tk, tk0, tb0, ra, g, qwt);
+            if (n_tiles > 1) {
+                load_rope<kRope1ByWg0<kPageClass>>(p, tk1, rb, g, qwt);
+                load_tile<0, kVPieces, kPageClass, kLoadFirst>(p, tk, tk1, tb1, rb, g, qwt);
+            }
+        } else {
+            load_tile<kVPieces, kPieces, kPageClass, kLoadFirst>(p, tk, tk0, tb0, ra, g, qwt);
+            if (n_tiles > 1)
+                load_tile<kVPieces, kPieces - kRope1ByWg0<kPageClass>, kPageClass, kLoadFirst>(
+                    p, tk, tk1, tb1, rb, g, qwt);
+        }
+    };
+    RowRef ra{}, rb{};  // K quantized: the rows of tiles 0 and 1, for their reloads
+    if constexpr (kKq == kFqNone) {
+        if (n_tiles > 0 && !preloaded)
+            prologue(fetch_row<kPageClass>(p, req, t_begin, t_stop, wt),
+                     fetch_row<kPageClass>(p, req, t_begin + kBlockN, t_stop, wt));
+    } else if (n_tiles > 0) {  // preloaded or not
+        ra = fetch_row<kPageClass>(p, req, t_begin, t_stop, wt);
+        rb = fetch_row<kPageClass>(p, req, t_begin + kBlockN, t_stop, wt);
+        if (!preloaded) prologue(ra, rb);
+    }
+    RowRef rl = wg == 0 ? ra : rb;  // the rows of the tile whose reload is due
+    if (q_pending) wait_q(), q_pending = false;
+    if (n_tiles > 0) {
+        if (wg == 0) {
+            qk_tile<kF16, kPageClass != 1>(s, q8, q, k0, bar0, phase[0], k_codes);
+            phase[0] ^= 1;
+            
+        } else if (n_tiles > 1) {
+            qk_tile<kF16, kPageClass != 1, kRope1ByWg0<kPageClass>>(s, q8, q, k1, bar1, phase[1],
+                                                                    k_codes);
+            phase[1] ^= 1;
+            
+        }
+    }
+
+    bool pre_q = false;  // the last pair loads the next chunk's Q
+    for (int it = 0; it < n_tiles; it += 2) {
+        const int ta = t_begin + it * kBlockN, tb = ta + kBlockN;
+        const bool has_b = it + 1 < n_tiles;
+        const bool next_a = it + 2 < n_tiles, next_b = it + 3 < n_tiles;
+        // The next pair's block-table entries, fetched a pair ahead of their loads; in the last
+        // pair, those of the next chunk's first two tiles.
+        RowRef na, nb;
+        bool load_a = next_a, load_b = next_b;
+        if (next_a) {
+            na = fetch_row<kPageClass>(p, req, ta + 2 * kBlockN, t_stop, wt);
+            nb = fetch_row<kPageClass>(p, req, tb + 2 * kBlockN, t_stop, wt);
+        } else {
+            const int nt = nx->n_tiles, nreq = nx->req, nt0 = nx->t_begin, nstop = nx->t_stop;
+            pre_q = nt >= 0 && nx->new_req;
+            // this chunk's Q K^T products are done: q8 takes the next request's piece 8
+            if (pre_q) load_q8(p, q8, nreq, g, m, rows);
+            // what the chunk walk reads next (the request after the next chunk's) into L1, so
+            // that it does not wait on L2 at the chunk start
+            if (threadIdx.x == 0 && nt >= 0 && nreq + 1 < p.b) {
+                prefetch_l1(p.seqlens + nreq + 1);
+                prefetch_l1(p.num_splits + nreq + 1);
+                prefetch_l1(p.sched + (long long)blockIdx.x * kRecordInts);
+            }
+            load_a = nt > 0, load_b = nt > 1;
+            na = fetch_row<kPageClass>(p, max(nreq, 0), nt0, load_a ? nstop : nt0, wt);
+            nb = fetch_row<kPageClass>(p, max(nreq, 0), nt0 + kBlockN, load_b ? nstop : nt0, wt);
+        }
+        if (wg == 0 || has_b) reload(rl);
+        rl = wg == 0 ? na : nb;
+        if (wg == 0) {
+            if (kPageClass == 1 && kKq == kFqNone && ta + kBlockN > t_stop)
+                zero_tail_rows(smem + kSmemK0, t_stop - ta, 0, wt);
+            scale_mask64(s, limit, p.scale_log2, ta, lane);
+            float m_a[2], f[2];
+            pair_wg0_pv<kF16P>(s, st, o, pa, m_a, f, sm0, smem, k0, r0, wm, lane, it > 0,
+                               [&] { raw_v_back(ta, phase[0] ^ 1); }, [&] { v_codes(smem + kSmemK0); });
+            // beta = 2^(m_a - m_b) brings O_L to the pair's final max.
+            named_barrier_sync(kBarM1, 2 * kWgThreads);
+            if (pre_q) {  // warpgroup 1's last Q K^T is done (M1): Q pieces 0-3 are free
+                load_q_pieces<0, kVPieces, kWgThreads>(p, q, nx->req, g, m, rows, wt);
+                cp_async_commit();
+            }
+            if (load_b)  // K1's piece 8 read by warpgroup 1's Q K^T (M1)
+                load_rope<kRope1ByWg0<kPageClass>>(p, k1, nb, g, wt);
+            pair_wg0_beta(st, f, m_a, sm1, r0);
+            wgmma_wait_group<0>();
+            reg_fence(o);
+            if (load_a)  // V0_L consumed
+                load_tile<0, kVPieces, kPageClass, kLoadFirst>(p, tk, k0, bar0, na, g, wt);
+            scale_o(o, f);
+            if (has_b)  // V1_L: K1 pieces 0-3
+                pv_remote<kF16P>(o, kBarP1, base + kSmemP1, k1, 0,
+                                 [&] { v_codes(smem + kSmemK1); });
+            if (load_b)  // V1_L consumed (or K1 unused in this pair)
+                load_tile<0, kVPieces, kPageClass, kLoadFirst>(p, tk, k1, bar1, nb, g, wt);
+            if (next_a) {
+                qk_tile<kF16, kPageClass != 1>(s, q8, q, k0, bar0, phase[0], k_codes);
+                phase[0] ^= 1;
+                
+            }
+        } else {
+            float mx[2] = {-inf_f32(), -inf_f32()}, m_a[2], m_b[2], f[2];
+            if (has_b) {
+                if (kPageClass == 1 && kKq == kFqNone && tb + kBlockN > t_stop)
+                    zero_tail_rows(smem + kSmemK1, t_stop - tb, 1, wt);
+                scale_mask64(s, limit, p.scale_log2, tb, lane);
+                row_max64(s, mx);
+            }
+            named_barrier_sync(kBarM0, 2 * kWgThreads);
+            if (pre_q) {  // warpgroup 0's last Q K^T is done (M0): Q pieces 4-7 are free
+                load_q_pieces<kVPieces, kPieces - 1, kWgThreads>(p, q, nx->req, g, m, rows, wt);
+                cp_async_commit();
+            }
+            pair_wg1_max(st, o, mx, m_a, m_b, f, sm0, sm1, r0, lane);
+            float l_b[2] = {0.f, 0.f};
+            if (has_b)
+                pair_wg1_p1<kF16P>(s, m_b, l_b, pa, smem, wm, lane, [&] { raw_v_back(tb, phase[1] ^ 1); });
+            pv_remote<kF16P>(o, kBarP0, base + kSmemP0, k0, 1,  // V0_R: K0 pieces 4-7
+                             [&] { v_codes(smem + kSmemK0); });
+            if (next_a) named_barrier_arrive(kBarP0Free, 2 * kWgThreads);
+            if (load_a)  // V0_R read
+                load_tile<kVPieces, kPieces, kPageClass, kLoadFirst>(p, tk, k0, bar0, na, g, wt);
+            pair_wg1_beta(st, o, f, m_a, m_b, l_b);
+            if (has_b) {
+                v_codes(smem + kSmemK1);
+                pv_rs_wait<kF16P>(o, pa, k1, 1);
+            }
+            if (load_b)  // V1_R consumed (or K1 unused in this pair)
+                load_tile<kVPieces, kPieces - kRope1ByWg0<kPageClass>, kPageClass, kLoadFirst>(
+                    p, tk, k1, bar1, nb, g, wt);
+            if (next_b) {
+                qk_tile<kF16, kPageClass != 1, kRope1ByWg0<kPageClass>>(s, q8, q, k1, bar1,
+                                                                        phase[1], k_codes);
+                phase[1] ^= 1;
+                
+            }
+        }
+    }
+
+    // Row sums of both warpgroups (the portable kernel's exchange, warpgroup for column half),
+    // then each stores its half of O.
+    finish_row_sums(st, red, wm, wg, lane);
+    store_rows90<kKV>(p, o, st, req, g, m, rows, direct, slot, wm, wg, lane,
+                      kVq != kFqNone ? fq.v_scale : 1.f);
+    return n_tiles > 0;
+}
+
 // The chunk walk of a part: the first chunk the CTA attends at or after unit u0 (-1: the part's
 // first unit in req) of request req, in the order of decode_kernel's walk (chunks whose split
 // slot is outside the workspace are skipped). False when none is left.
@@ -903,6 +1344,68 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(
         __syncthreads();  // kSmemNext visible
         preloaded = sm90::attend_chunk90<kKV, kPageClass, kCausal>(
             p, tk, smem, q8, q_pending, phase, cur.req, g, m, rows, cur.len, cur.t_begin,
+            cur.t_end, cur.direct, cur.slot, preloaded);
+        cur = nxt, have = have_next;
+    }
+    if (q_pending || preloaded) cp_async_wait<0>();  // no cp.async left in flight at exit
+}
+
+
+// Fake-quant K (kKq) and / or V (kVq) (sm90::FqMode; the kind fakequant_decode_dense): the kernel
+// above at page class 1, not causal, on the codes (file comment); p.scale_log2 holds
+// fl32(qk_scale * k_scale). Dynamic shared memory sm90::kSmemBytesFq.
+template <int kKV, int kKq, int kVq>
+__global__ void __launch_bounds__(kThreads, 1) decode_sm90_fq_kernel(
+    const __grid_constant__ DecodeParams p, const __grid_constant__ sm90::TmaDesc tk,
+    const __grid_constant__ sm90::FqScales fq) {
+    static_assert(kKV == 0 || kKV == 1, "the sm_90a decode takes 16-bit KV");
+    static_assert(kKq != sm90::kFqNone || kVq != sm90::kFqNone, "a quantized K or V");
+    constexpr int kPageClass = 1;
+    constexpr bool kCausal = false;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char *smem = align_smem_1024(smem_raw);
+    pdl::wait();  // as decode_kernel: the previous kernel is done before anything is read
+    pdl::launch_dependents();
+    const int part = blockIdx.x, g = blockIdx.y, m = blockIdx.z;
+    const int *rec = p.sched + (long long)part * kRecordInts;
+    const int rows = p.s_q * p.heads_per_kv;
+    const unsigned base = smem_addr(smem);
+    if (threadIdx.x < 6)  // K0, K1 (TMA: one expect_tx arrival each), R0, R1
+        mbarrier_init(base + (threadIdx.x < 4 ? sm90::kSmemBar + threadIdx.x * 8
+                                              : sm90::kSmemR + (threadIdx.x - 4) * 8), 1);
+    __syncthreads();
+    unsigned phase[2] = {0, 0};  // parity of the next phase of the K0 / K1 mbarriers
+    unsigned q8[4][4];           // Q columns 512-575 of q_req (load_q8)
+    bool q_pending = false;      // Q of q_req issued, not waited for yet
+    bool preloaded = false;      // the chunk's first tiles (and Q of a new request) are in flight
+    int q_req = -1;
+    sm90::Chunk cur;
+    bool have = sm90::find_chunk(p, rec, max(rec[kBeginReq], 0), -1, cur);
+    while (have) {
+        sm90::Chunk nxt;
+        const bool have_next = sm90::find_chunk(p, rec, cur.req, cur.u1, nxt);
+        __syncthreads();  // the previous chunk is done with Q, sP1, K0 / K1 and kSmemNext
+        if (cur.req != q_req) {
+            const int after = have_next && nxt.req != cur.req ? nxt.req : -1;
+            if (!preloaded)
+                sm90::load_q_tile90(p, base + sm90::kSmemQ90, q8, cur.req, g, m, rows, after);
+            else sm90::prefetch_q_l2(p, after, g, m, rows);
+            q_pending = true, q_req = cur.req;
+        }
+        if (threadIdx.x == 0) {
+            sm90::NextChunk *nx = reinterpret_cast<sm90::NextChunk *>(smem + sm90::kSmemNext);
+            nx->n_tiles = -1, nx->req = 0, nx->t_begin = 0, nx->t_stop = 0, nx->new_req = 0;
+            if (have_next) {
+                const int t_stop = chunk_key_stop<kCausal>(p, m, rows, nxt.len, nxt.t_end);
+                nx->n_tiles = t_stop > nxt.t_begin ? (t_stop - nxt.t_begin + kBlockN - 1) / kBlockN
+                                                   : 0;
+                nx->req = nxt.req, nx->t_begin = nxt.t_begin, nx->t_stop = t_stop;
+                nx->new_req = nxt.req != cur.req;
+            }
+        }
+        __syncthreads();  // kSmemNext visible
+        preloaded = sm90::attend_chunk90_fq<kKV, kKq, kVq>(
+            p, tk, fq, smem, q8, q_pending, phase, cur.req, g, m, rows, cur.len, cur.t_begin,
             cur.t_end, cur.direct, cur.slot, preloaded);
         cur = nxt, have = have_next;
     }
