@@ -72,6 +72,7 @@
 #include "common/grid_barrier.cuh"
 #include "common/pdl.cuh"
 #include "dsv4/stream_bf16.cuh"
+#include "dsv4/trace.cuh"
 #include "common/ptx_mma.cuh"
 #include "common/rope.cuh"
 #include "common/softmax.cuh"
@@ -331,6 +332,35 @@ __device__ __forceinline__ KSplit projection_split(int m_tiles, int tiles, int k
     return {(ksteps + steps - 1) / steps, steps};
 }
 
+// With one m-tile (T <= 64): asks L2 for the wq_b rows and SfAtom scale block of every phase-3
+// tile this CTA will compute (the tiles of q_projection_tiles at T <= 64 and of
+// q_projection_stream), so that the 32 MB weight stream overlaps phase 1, barrier 0, phase 2
+// (and barrier 1), during which DRAM is otherwise nearly idle at small T; phase 3 then reads
+// them from L2. Threads tid = 0 .. n - 1 of the calling ones share the lines. A hint only.
+__device__ void prefetch_q_weights(const Params &p, int tid, int n) {
+    if (p.T > kBM) return;
+    constexpr int kTileN = kWideQ ? CfgQbWide::kBN : CfgQb::kBN;
+    constexpr int kAtomBytes = (kQL / 32 + 3) / 4 * 512;  // one 128-row SfAtom block over all K
+    for (int tile = blockIdx.x; tile < kQCols / kTileN; tile += gridDim.x) {
+        const long long n0 = (long long)tile * kTileN;
+        const unsigned char *w = p.wq_b + n0 * kQL, *sf = p.wq_b_sf + n0 / 128 * kAtomBytes;
+        for (long long i = (long long)tid * 128; i < (long long)kTileN * kQL; i += n * 128LL)
+            gemm::prefetch_l2(w + i);
+        for (int i = tid * 128; i < kAtomBytes; i += n * 128) gemm::prefetch_l2(sf + i);
+    }
+}
+
+// kEarlyPrefetch (T <= kP1StreamTokens): the L2 hints above are issued at the kernel's start
+// by the warps phase 1's stream GEMMs leave idle (threads kP1Idle..255, once their first
+// phase-1 item has started; CTAs without a phase-1 item after phase 1, all threads), instead of
+// by all threads after phase 1: the wq_b stream then runs beside phase 1's 6 MB rather than
+// after it. The same warps also ask L2 for the KV rows and scale slots of the CTA's phase-4
+// items (head group 0 items only: the other groups read the same rows).
+constexpr bool kEarlyPrefetch = true;
+constexpr int kP1Idle = 160;                    // CfgP1 / CfgP1Gate: 4 consumer warps + producer
+template <int kPage, bool kHca>
+__device__ void prefetch_kv_rows(const Params &p, int tid, int n);  // phase 4 below
+
 // ---- phase 1 for T <= kP1StreamTokens (64): the weight-streaming GEMMs ----------------------------
 //
 // x is quantized once (mxq: e4m3 codes + ue8m0 scales, the bits the tiled path's mxq(x) rounds
@@ -474,8 +504,10 @@ __device__ void qkv_stream(const Params &p, const P1Maps &maps, int block, int h
         op, n0, smem,
         [&] {
             while (ld_acquire_gpu(ready) < gridDim.x) __nanosleep(32);
+            if (threadIdx.x == 0) trace::mark_first(trace::kP1Ready);
         },
         [&](const float *D, int T) {
+            if (threadIdx.x == 0) trace::mark_first(trace::kP1Epi);
             if (is_q)
                 p1_store<Cfg>(p, D, T, t0, n0, sl, StoreBf16{p.qa, kQL});
             else
@@ -493,6 +525,7 @@ __device__ void gate_stream(const Params &p, const P1Maps &maps, int block, cons
     op.k0_bytes = 2 * sl.k0, op.k_bytes = 2 * sl.len, op.T = p.T;
     const int n0 = block * kP1BN;
     bstream::run<Cfg>(op, n0, smem, [&](const float *D, int T) {
+        if (threadIdx.x == 0) trace::mark_first(trace::kP1Epi);
         p1_store<Cfg>(p, D, T, 0, n0, sl, StoreF32{p.kv_gate, 2 * kKVL});
     });
 }
@@ -507,9 +540,10 @@ __device__ __forceinline__ P1Split p1_split(int ctas, int blocks, int ksteps) {
     return {(ksteps + steps - 1) / steps, steps};
 }
 
-template <int kH, bool kHca, int kNT>
-__device__ void phase_projections_stream(const Params &p, const P1Maps &maps,
-                                         unsigned char *smem) {
+// Returns true (CTA-uniform) when this CTA had an item: its idle warps then called early(tid, n).
+template <int kH, bool kHca, int kNT, class Early>
+__device__ bool phase_projections_stream(const Params &p, const P1Maps &maps,
+                                         unsigned char *smem, Early early) {
     constexpr int kQBlocks = (kQL + kKVL) / kP1BN, kGBlocks = kHca ? 2 * kKVL / kP1BN : 0;
     constexpr int kHalves = kNT == 8 ? 2 : 1, kQNT = kNT == 8 ? 4 : kNT;  // [wq_a; wkv] tokens
     constexpr int kQSteps = kH / 128;                                // CfgP1: 128 columns a step
@@ -519,7 +553,10 @@ __device__ void phase_projections_stream(const Params &p, const P1Maps &maps,
                   "phase 1's stream GEMMs fit the launch's shared memory");
     // Counters below word 128 (output_proj's split counters start there).
     static_assert(kSplitWord0 + kQBlocks * kHalves + kGBlocks <= 128, "slice counters fit");
+    static_assert(CfgP1<kH, kNT>::kThreads <= kP1Idle && CfgP1Gate<kNT>::kThreads <= kP1Idle,
+                  "the early hints' warps are idle in phase 1");
     quantize_x<kH>(p);
+    trace::mark0(trace::kXQuant);
     // HCA: the CTAs shared by bytes (fp8 W 6 MB, bf16 gate 8 MB): 3/7 of them to [wq_a; wkv].
     const int grid = (int)gridDim.x;
     const P1Split qs = p1_split(kHca ? grid * 3 / 7 : grid, kQBlocks * kHalves, kQSteps);
@@ -542,27 +579,23 @@ __device__ void phase_projections_stream(const Params &p, const P1Maps &maps,
                               p.bank + kSplitWord0 + kQBlocks * kHalves + block};
             gate_stream<kH, kNT>(p, maps, block, sl, smem);
         }
+        // The warps the stream GEMMs leave idle (they return at once): the early L2 hints.
+        if (kEarlyPrefetch && item == (int)blockIdx.x && (int)threadIdx.x >= kP1Idle)
+            early((int)threadIdx.x - kP1Idle, kThreads - kP1Idle);
         __syncthreads();                    // smem free for the next item
     }
+    return kEarlyPrefetch && (int)blockIdx.x < items;
 }
 
 // T <= kP1StreamTokens: the kNT = ceil(T / 8) rounded up to a power of two instantiation.
-template <int kH, bool kHca>
-__device__ void phase_projections_stream_t(const Params &p, const P1Maps &maps,
-                                           unsigned char *smem) {
-    if (p.T <= 8) {
-        phase_projections_stream<kH, kHca, 1>(p, maps, smem);
-        return;
-    }
-    if (p.T <= 16) {
-        phase_projections_stream<kH, kHca, 2>(p, maps, smem);
-        return;
-    }
-    if (p.T <= 32 && kP1StreamTokens >= 32) {
-        phase_projections_stream<kH, kHca, 4>(p, maps, smem);
-        return;
-    }
-    phase_projections_stream<kH, kHca, 8>(p, maps, smem);
+template <int kH, bool kHca, class Early>
+__device__ bool phase_projections_stream_t(const Params &p, const P1Maps &maps,
+                                           unsigned char *smem, Early early) {
+    if (p.T <= 8) return phase_projections_stream<kH, kHca, 1>(p, maps, smem, early);
+    if (p.T <= 16) return phase_projections_stream<kH, kHca, 2>(p, maps, smem, early);
+    if (p.T <= 32 && kP1StreamTokens >= 32)
+        return phase_projections_stream<kH, kHca, 4>(p, maps, smem, early);
+    return phase_projections_stream<kH, kHca, 8>(p, maps, smem, early);
 }
 
 template <int kH, bool kHca>
@@ -590,30 +623,15 @@ __device__ void phase_projections_tiled(const Params &p, unsigned char *smem) {
 
 // Phase 1: the stream GEMMs up to kP1StreamTokens tokens (H <= kP1MaxH: the A scale table of a
 // 64-token stage holds a whole slice's groups, at most H / 32 bytes a row), else the tiles.
-template <int kH, bool kHca>
-__device__ void phase_projections(const Params &p, const P1Maps &maps, unsigned char *smem) {
+// Returns true when early(tid, n) was called by this CTA's idle warps (kEarlyPrefetch).
+template <int kH, bool kHca, class Early>
+__device__ bool phase_projections(const Params &p, const P1Maps &maps, unsigned char *smem,
+                                  Early early) {
     if constexpr (kH <= kP1MaxH) {
-        if (p.T <= kP1StreamTokens) {
-            phase_projections_stream_t<kH, kHca>(p, maps, smem);
-            return;
-        }
+        if (p.T <= kP1StreamTokens) return phase_projections_stream_t<kH, kHca>(p, maps, smem, early);
     }
     phase_projections_tiled<kH, kHca>(p, smem);
-}
-
-// With one m-tile (T <= 64), after its phase-1 items: asks L2 for the wq_b rows and SfAtom scale
-// block of every phase-3 tile this CTA will compute (the tiles of q_projection_tiles at T <= 64),
-// so that the 32 MB weight stream overlaps barrier 0, phase 2 and barrier 1, during which DRAM
-// is otherwise nearly idle at small T; phase 3 then reads them from L2. A hint only.
-__device__ void prefetch_q_weights(const Params &p) {
-    if (p.T > kBM) return;
-    constexpr int kTileN = kWideQ ? CfgQbWide::kBN : CfgQb::kBN;
-    constexpr int kAtomBytes = (kQL / 32 + 3) / 4 * 512;  // one 128-row SfAtom block over all K
-    for (int tile = blockIdx.x; tile < kQCols / kTileN; tile += gridDim.x) {
-        const long long n0 = (long long)tile * kTileN;
-        gemm::prefetch_l2_range<kThreads>(p.wq_b + n0 * kQL, (long long)kTileN * kQL);
-        gemm::prefetch_l2_range<kThreads>(p.wq_b_sf + n0 / 128 * kAtomBytes, kAtomBytes);
-    }
+    return false;
 }
 
 // ---- phase 2: token rows and the compressor ------------------------------------------------
@@ -814,8 +832,10 @@ __device__ void q_projection_stream(const Params &p, const sgemm::Maps &maps, in
         op, count, [](int i) { return ((int)blockIdx.x + i * (int)gridDim.x) * Cfg::kBN; }, smem,
         [&] {
             while (ld_acquire_gpu(p.bank + kQrReadyWord) < (unsigned)p.T) __nanosleep(32);
+            if (threadIdx.x == 0) trace::mark_first(trace::kP3Ready);
         },
         [&](int, int n0, const float *D, int T) {
+            if (threadIdx.x == 0) trace::mark_first(trace::kP3Epi);
             for (int x = (int)threadIdx.x; x < T * Cfg::kBN / 2; x += Cfg::kConsumers) {
                 const int t = x / (Cfg::kBN / 2), r = 2 * (x % (Cfg::kBN / 2));
                 *reinterpret_cast<unsigned *>(p.q_or_x + (long long)(t0 + t) * kQCols + n0 + r) =
@@ -1084,6 +1104,7 @@ __device__ void attention_item(const Params &p, const Item &it, unsigned char *s
     const int ntiles = (it.end - it.begin + kRows - 1) / kRows;
     float m = neg_inf(), l = 0.0f, o[8][4] = {};
     load_q(p, it, sq);
+    if (threadIdx.x == 0) trace::mark_first(trace::kP4Q);
     if (ntiles > 0) {
         fill_row_table<kPage, kHca>(p, it, it.begin, tbl);
         __syncthreads();
@@ -1099,6 +1120,7 @@ __device__ void attention_item(const Params &p, const Item &it, unsigned char *s
         cp_async_commit();
         cp_async_wait<1>();
         __syncthreads();
+        if (threadIdx.x == 0) trace::mark_first(trace::kP4Kv);
         dequant_kv_tile(smem + kOffRaw + (k & 1) * kRawBytes, skv);
         __syncthreads();
         qk_scores(sq, skv, ss, min(kRows, it.end - it.begin - k * kRows), scale2);
@@ -1106,6 +1128,7 @@ __device__ void attention_item(const Params &p, const Item &it, unsigned char *s
         softmax_tile(ss, sp, corr, m, l);
         __syncthreads();
         pv_accumulate(sp, skv, corr, o);
+        if (threadIdx.x == 0) trace::mark_first(trace::kP4Tile);
     }
     cp_async_wait<0>();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -1118,8 +1141,31 @@ __device__ void attention_item(const Params &p, const Item &it, unsigned char *s
 template <int kPage, bool kHca>
 __device__ void phase_attention(const Params &p, unsigned char *smem) {
     const int items = p.T * attn::kGroups * (p.split ? kSplits : 1);
-    for (int i = blockIdx.x; i < items; i += gridDim.x)
+    for (int i = blockIdx.x; i < items; i += gridDim.x) {
         attention_item<kPage, kHca>(p, item_of(p, i, kHca), smem);
+        if (threadIdx.x == 0) trace::mark_first(trace::kP4First);
+    }
+    trace::mark0(trace::kP4Done);
+}
+
+// L2 hints for the KV rows and scale slots of this CTA's phase-4 items (head group 0 only; T <=
+// kBM): threads tid = 0 .. n - 1 of the calling ones. Rows of this launch (phase 2 writes them)
+// are hinted before they are written: harmless, L2 is coherent.
+template <int kPage, bool kHca>
+__device__ void prefetch_kv_rows(const Params &p, int tid, int n) {
+    if (p.T > kBM) return;
+    constexpr int kLines = 7;                   // offsets 0, 128, .., 512, 575 of the row; slot
+    const int items = p.T * attn::kGroups * (p.split ? kSplits : 1);
+    for (int i = blockIdx.x; i < items; i += gridDim.x) {
+        const Item it = item_of(p, i, kHca);
+        if (it.hg != 0) continue;
+        for (int x = tid; x < (it.end - it.begin) * kLines; x += n) {
+            const unsigned char *d, *sc;
+            row_source<kPage, kHca>(p, it, it.begin + x / kLines, &d, &sc);
+            const int part = x % kLines;
+            gemm::prefetch_l2(part == kLines - 1 ? sc : d + min(part * 128, kRowBytes - 1));
+        }
+    }
 }
 
 // ---- the kernel -----------------------------------------------------------------------------
@@ -1151,15 +1197,29 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(
     // mla_output_proj's kernel A is launched as a programmatic dependent: its CTAs may take the
     // SMs this grid's CTAs leave (they wait for this grid's completion before reading anything).
     pdl::launch_dependents();
-    phase_projections<kH, kHca != 0>(p, p1maps, smem);
-    prefetch_q_weights(p);
+    trace::begin();
+    auto hints = [&](int tid, int n) {
+        prefetch_kv_rows<kPage, kHca != 0>(p, tid, n);
+        prefetch_q_weights(p, tid, n);
+    };
+    const bool hinted = phase_projections<kH, kHca != 0>(p, p1maps, smem, hints);
+    trace::mark0(trace::kP1Done);
+    if (!kEarlyPrefetch)
+        prefetch_q_weights(p, (int)threadIdx.x, kThreads);
+    else if (!hinted)
+        hints((int)threadIdx.x, kThreads);
+    trace::mark0(trace::kPrefetch);
     grid_barrier(p.bank + 0);
+    trace::mark0(trace::kB0);
     if (blockIdx.x == 0 && threadIdx.x == 0) p.bank[kXReadyWord] = 0u;  // read before barrier 0 only
     phase_token_rows<kPage, kDraft, kHca != 0>(p, smem);
+    trace::mark0(trace::kP2Done);
     // T <= kQStreamTokens: phase 3 waits for the qr rows alone (kQrReadyWord), no barrier 1.
     if (p.T > kQStreamTokens) grid_barrier(p.bank + 1);
     phase_q_projection<kDraft, kHca != 0>(p, qmaps, p1maps.q2, smem);
+    trace::mark0(trace::kP3Done);
     grid_barrier(p.bank + 2);
+    trace::mark0(trace::kB2);
     if (blockIdx.x == 0 && threadIdx.x == 0) p.bank[kQrReadyWord] = 0u;  // read before barrier 2 only
     // HCA: the ring rows of this launch's tokens, after every compressor of phase 2 has read the
     // ring (barrier 2; with T <= kQStreamTokens there is no barrier 1), by the last CTAs (the
@@ -1169,6 +1229,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(
             ring_write<kDraft>(p, u);
     phase_attention<kPage, kHca != 0>(p, smem);
     if (p.reset_barriers) grid_exit_reset(p.bank + kExitWord, p.bank, kExitWord + 1);
+    trace::finish(p.T, kHca);
 }
 
 }  // namespace dsv4
