@@ -383,6 +383,19 @@ constexpr int kXReadyWord = 4;                  // bank word: CTAs done quantizi
 // waits on it (its W copies start at once) instead of a grid barrier 1. Zeroed by block 0 after
 // barrier 2.
 constexpr int kQrReadyWord = 5;
+// T <= kQStreamTokens (and the stream phase 1): no grid barrier 0. Each phase-1 block's last slice
+// counts the block on one of these words after its stores (release), and phase 2's items wait for
+// the blocks they read (acquire): a qr row for the kQL / kP1BN qa blocks, a kv row for the
+// kKVL / kP1BN kv blocks, a compressor (HCA) for the 2 kKVL / kP1BN kv_gate blocks. So CTAs go
+// on to phase 3 (whose W copies start at once) as soon as their own work is done, and qr waits
+// for neither the kv / kv_gate blocks nor the L2 hints. Zeroed by block 0 after barrier 2 (read
+// before it only); above kQStreamTokens barrier 0 stays and the counts are not read.
+constexpr int kQaDoneWord = 6, kKvDoneWord = 7, kGateDoneWord = 8;
+constexpr bool kNoBarrier0 = false;            // false: barrier 0 at every T (counts unread)
+
+__device__ __forceinline__ void wait_count(const unsigned *word, unsigned n) {
+    while (ld_acquire_gpu(word) < n) __nanosleep(32);
+}
 // 4 consumer warps: 2 row groups x 2 K parts, from 32 tokens 4 row groups (registers).
 template <int kH, int kNT>
 using CfgP1 = sgemm::Config<kP1BN, kNT, 128, 8, kNT >= 4 ? 4 : 2, kH / 32, 4, false>;  // codes
@@ -439,9 +452,17 @@ __device__ void quantize_x(const Params &p) {
 // tile's tokens t0 + t): with one slice store(t0 + t, n0 + r, v0, v1) for row pairs (r, r + 1)
 // straight from D; with several the slice's fp32 partial goes to part_k[slice][t0 + t][col + r],
 // and the last slice to arrive on counter sums the partials in slice order and stores.
+// The block's stores done (every consumer thread): its count on `done` (release).
+template <class Cfg>
+__device__ __forceinline__ void p1_count_block(unsigned *done) {
+    __threadfence();
+    named_barrier_sync(1, Cfg::kConsumers);
+    if (threadIdx.x == 0) red_add_release_gpu(done, 1u);
+}
+
 template <class Cfg, class Store>
 __device__ void p1_store(const Params &p, const float *D, int T, int t0, int n0, const Slice &sl,
-                         Store store) {
+                         unsigned *done, Store store) {
     constexpr int kP = Cfg::kDPitch, kBN = Cfg::kBN;
     const int tid = (int)threadIdx.x;
     if (sl.count == 1) {
@@ -449,6 +470,7 @@ __device__ void p1_store(const Params &p, const float *D, int T, int t0, int n0,
             const int t = x / (kBN / 2), r = 2 * (x % (kBN / 2));
             store(t0 + t, n0 + r, D[r * kP + t], D[(r + 1) * kP + t]);
         }
+        p1_count_block<Cfg>(done);
         return;
     }
     __shared__ unsigned s_last;
@@ -477,6 +499,7 @@ __device__ void p1_store(const Params &p, const float *D, int T, int t0, int n0,
         }
         store(t0 + t, n0 + r, sum.x, sum.y);
     }
+    p1_count_block<Cfg>(done);
 }
 
 // Slice sl of the 64-row block `block` of [wq_a; wkv] on the x codes of tokens 32 half ..
@@ -509,9 +532,9 @@ __device__ void qkv_stream(const Params &p, const P1Maps &maps, int block, int h
         [&](const float *D, int T) {
             if (threadIdx.x == 0) trace::mark_first(trace::kP1Epi);
             if (is_q)
-                p1_store<Cfg>(p, D, T, t0, n0, sl, StoreBf16{p.qa, kQL});
+                p1_store<Cfg>(p, D, T, t0, n0, sl, p.bank + kQaDoneWord, StoreBf16{p.qa, kQL});
             else
-                p1_store<Cfg>(p, D, T, t0, n0, sl, StoreBf16{p.kv, kKVL});
+                p1_store<Cfg>(p, D, T, t0, n0, sl, p.bank + kKvDoneWord, StoreBf16{p.kv, kKVL});
         });
 }
 
@@ -526,7 +549,7 @@ __device__ void gate_stream(const Params &p, const P1Maps &maps, int block, cons
     const int n0 = block * kP1BN;
     bstream::run<Cfg>(op, n0, smem, [&](const float *D, int T) {
         if (threadIdx.x == 0) trace::mark_first(trace::kP1Epi);
-        p1_store<Cfg>(p, D, T, 0, n0, sl, StoreF32{p.kv_gate, 2 * kKVL});
+        p1_store<Cfg>(p, D, T, 0, n0, sl, p.bank + kGateDoneWord, StoreF32{p.kv_gate, 2 * kKVL});
     });
 }
 
@@ -637,7 +660,9 @@ __device__ bool phase_projections(const Params &p, const P1Maps &maps, unsigned 
 // ---- phase 2: token rows and the compressor ------------------------------------------------
 
 // qr[t] = mxq(bf16(rmsnorm(qa[t], q_norm_weight))): one warp, 32 values (one group) per lane.
-__device__ void qr_row(const Params &p, int t, int lane) {
+// wait: no barrier 0 (T <= kQStreamTokens), the qa blocks' count first.
+__device__ void qr_row(const Params &p, int t, int lane, bool wait) {
+    if (wait) wait_count(p.bank + kQaDoneWord, kQL / kP1BN);
     float v[32], w[32];
     load_bf16<32>(p.qa + (long long)t * kQL + lane * 32, v);
     float ss = 0.0f;
@@ -671,9 +696,10 @@ __device__ void qr_row(const Params &p, int t, int lane) {
 
 // The new SWA row of token t into kv_cache (skipped if swa_loc[t] < 0: A15).
 template <int kPage>
-__device__ void kv_row(const Params &p, int t, int lane) {
+__device__ void kv_row(const Params &p, int t, int lane, bool wait) {
     const int loc = p.swa_loc[t];
     if (loc < 0) return;
+    if (wait) wait_count(p.bank + kKvDoneWord, kKVL / kP1BN);
     float v[16];
     load_bf16<16>(p.kv + (long long)t * kKVL + lane * 16, v);
     norm_gain_rope_row(v, p.kv_norm_w, p.kv_eps, p.freqs + (long long)p.positions[t] * 64, lane);
@@ -728,9 +754,16 @@ __device__ void pool_window(const Params &p, const int *map, int base, float *po
 
 // The c128 compressor of token t if it fires (p % 128 == 127, c128_out_loc[t] >= 0).
 template <int kDraft>
-__device__ void compress_token(const Params &p, int t, unsigned char *smem) {
+__device__ void compress_token(const Params &p, int t, unsigned char *smem, bool wait) {
     const int pos = p.positions[t], loc = p.c128_out_loc[t];
     if ((pos & 127) != 127 || loc < 0) return;  // uniform across the CTA
+    if (wait) {                                 // no barrier 0: the kv_gate blocks' count
+        if (threadIdx.x == 0) {
+            wait_count(p.bank + kGateDoneWord, 2 * kKVL / kP1BN);
+            __threadfence();
+        }
+        __syncthreads();
+    }
     int *map = reinterpret_cast<int *>(smem);
     float *pooled = reinterpret_cast<float *>(smem + 128 * sizeof(int));
     const int base = p.ring_row[t] - 127, first = pos - 127;
@@ -749,17 +782,19 @@ __device__ void compress_token(const Params &p, int t, unsigned char *smem) {
     __syncthreads();
 }
 
+// wait: no barrier 0 before it (T <= kQStreamTokens): each item waits for the phase-1 blocks it
+// reads.
 template <int kPage, int kDraft, bool kHca>
-__device__ void phase_token_rows(const Params &p, unsigned char *smem) {
+__device__ void phase_token_rows(const Params &p, unsigned char *smem, bool wait) {
     if (kHca)  // CTAs from the last one down, so the warp items below start elsewhere
         for (int t = gridDim.x - 1 - blockIdx.x; t < p.T; t += gridDim.x)
-            compress_token<kDraft>(p, t, smem);
+            compress_token<kDraft>(p, t, smem, wait);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     for (int item = blockIdx.x * kWarps + warp; item < 2 * p.T; item += gridDim.x * kWarps) {
         if (item < p.T)
-            qr_row(p, item, lane);
+            qr_row(p, item, lane, wait);
         else
-            kv_row<kPage>(p, item - p.T, lane);
+            kv_row<kPage>(p, item - p.T, lane, wait);
     }
 }
 
@@ -1209,10 +1244,11 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(
     else if (!hinted)
         hints((int)threadIdx.x, kThreads);
     trace::mark0(trace::kPrefetch);
-    grid_barrier(p.bank + 0);
+    // T <= kQStreamTokens on the stream phase 1: no barrier 0 (phase 2 waits on block counts).
+    const bool no_b0 = kNoBarrier0 && kH <= kP1MaxH && p.T <= kQStreamTokens;
+    if (!no_b0) grid_barrier(p.bank + 0);
     trace::mark0(trace::kB0);
-    if (blockIdx.x == 0 && threadIdx.x == 0) p.bank[kXReadyWord] = 0u;  // read before barrier 0 only
-    phase_token_rows<kPage, kDraft, kHca != 0>(p, smem);
+    phase_token_rows<kPage, kDraft, kHca != 0>(p, smem, no_b0);
     trace::mark0(trace::kP2Done);
     // T <= kQStreamTokens: phase 3 waits for the qr rows alone (kQrReadyWord), no barrier 1.
     if (p.T > kQStreamTokens) grid_barrier(p.bank + 1);
@@ -1220,7 +1256,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(
     trace::mark0(trace::kP3Done);
     grid_barrier(p.bank + 2);
     trace::mark0(trace::kB2);
-    if (blockIdx.x == 0 && threadIdx.x == 0) p.bank[kQrReadyWord] = 0u;  // read before barrier 2 only
+    if (blockIdx.x == 0 && threadIdx.x < kGateDoneWord - kXReadyWord + 1)  // words 4..8: read
+        p.bank[kXReadyWord + threadIdx.x] = 0u;                          // before barrier 2 only
     // HCA: the ring rows of this launch's tokens, after every compressor of phase 2 has read the
     // ring (barrier 2; with T <= kQStreamTokens there is no barrier 1), by the last CTAs (the
     // ones with the fewest phase-4 items).
