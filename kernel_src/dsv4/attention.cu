@@ -356,7 +356,7 @@ __device__ void prefetch_q_weights(const Params &p, int tid, int n) {
 // by all threads after phase 1: the wq_b stream then runs beside phase 1's 6 MB rather than
 // after it. The same warps also ask L2 for the KV rows and scale slots of the CTA's phase-4
 // items (head group 0 items only: the other groups read the same rows).
-constexpr bool kEarlyPrefetch = true;
+constexpr bool kEarlyPrefetch = false;        // measured no faster (dsv4a/1)
 constexpr int kP1Idle = 160;                    // CfgP1 / CfgP1Gate: 4 consumer warps + producer
 template <int kPage, bool kHca>
 __device__ void prefetch_kv_rows(const Params &p, int tid, int n);  // phase 4 below
@@ -391,7 +391,7 @@ constexpr int kQrReadyWord = 5;
 // for neither the kv / kv_gate blocks nor the L2 hints. Zeroed by block 0 after barrier 2 (read
 // before it only); above kQStreamTokens barrier 0 stays and the counts are not read.
 constexpr int kQaDoneWord = 6, kKvDoneWord = 7, kGateDoneWord = 8;
-constexpr bool kNoBarrier0 = false;            // false: barrier 0 at every T (counts unread)
+constexpr bool kNoBarrier0 = true;             // false: barrier 0 at every T (counts unread)
 
 __device__ __forceinline__ void wait_count(const unsigned *word, unsigned n) {
     while (ld_acquire_gpu(word) < n) __nanosleep(32);
@@ -662,7 +662,10 @@ __device__ bool phase_projections(const Params &p, const P1Maps &maps, unsigned 
 // qr[t] = mxq(bf16(rmsnorm(qa[t], q_norm_weight))): one warp, 32 values (one group) per lane.
 // wait: no barrier 0 (T <= kQStreamTokens), the qa blocks' count first.
 __device__ void qr_row(const Params &p, int t, int lane, bool wait) {
-    if (wait) wait_count(p.bank + kQaDoneWord, kQL / kP1BN);
+    if (wait) {  // the gain's lines asked for first (a weight: likely out of L2 by now)
+        if (lane < kQL * 2 / 128) gemm::prefetch_l2(p.q_norm_w + lane * 64);
+        wait_count(p.bank + kQaDoneWord, kQL / kP1BN);
+    }
     float v[32], w[32];
     load_bf16<32>(p.qa + (long long)t * kQL + lane * 32, v);
     float ss = 0.0f;
@@ -699,7 +702,13 @@ template <int kPage>
 __device__ void kv_row(const Params &p, int t, int lane, bool wait) {
     const int loc = p.swa_loc[t];
     if (loc < 0) return;
-    if (wait) wait_count(p.bank + kKvDoneWord, kKVL / kP1BN);
+    if (wait) {  // the gain's and the RoPE row's lines first
+        if (lane < kKVL * 2 / 128)
+            gemm::prefetch_l2(p.kv_norm_w + lane * 64);
+        else if (lane < kKVL * 2 / 128 + 2)
+            gemm::prefetch_l2(p.freqs + (long long)p.positions[t] * 64 + (lane - 8) * 32);
+        wait_count(p.bank + kKvDoneWord, kKVL / kP1BN);
+    }
     float v[16];
     load_bf16<16>(p.kv + (long long)t * kKVL + lane * 16, v);
     norm_gain_rope_row(v, p.kv_norm_w, p.kv_eps, p.freqs + (long long)p.positions[t] * 64, lane);
@@ -1138,14 +1147,16 @@ __device__ void attention_item(const Params &p, const Item &it, unsigned char *s
     const float scale2 = p.sm_scale * kLog2e;
     const int ntiles = (it.end - it.begin + kRows - 1) / kRows;
     float m = neg_inf(), l = 0.0f, o[8][4] = {};
-    load_q(p, it, sq);
-    if (threadIdx.x == 0) trace::mark_first(trace::kP4Q);
+    // The first tile's copies first, then Q (its loads and math overlap the copies; the loop's
+    // barriers order sQ before its first use).
     if (ntiles > 0) {
         fill_row_table<kPage, kHca>(p, it, it.begin, tbl);
         __syncthreads();
         load_kv_tile(tbl, smem + kOffRaw, p.kv_cache);
     }
     cp_async_commit();
+    load_q(p, it, sq);
+    if (threadIdx.x == 0) trace::mark_first(trace::kP4Q);
     for (int k = 0; k < ntiles; ++k) {
         const bool more = k + 1 < ntiles;
         const unsigned char **next_tbl = tbl + ((k + 1) & 1) * 2 * kRows;

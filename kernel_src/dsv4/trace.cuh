@@ -28,6 +28,7 @@ constexpr int kMaxCtas = 256;
 __device__ unsigned long long g_t[kMaxCtas][kEvents];
 __device__ unsigned g_exit;
 __device__ unsigned g_count[66];
+__shared__ unsigned s_seen;                     // events recorded by mark_first (thread 0 only)
 
 __device__ __forceinline__ unsigned long long now() {
     unsigned long long t;
@@ -35,18 +36,23 @@ __device__ __forceinline__ unsigned long long now() {
     return t;
 }
 
-// mark: the event's time (the caller picks one thread); mark_first: the first record of the
-// launch wins (events inside loops: the first phase-1 / phase-3 / phase-4 item); mark0: thread 0.
+// mark: the event's time (the caller picks one thread); mark_first (thread 0 only): the first
+// record of the launch wins (events inside loops: the first phase-1 / 3 / 4 item); mark0: thread 0.
 __device__ __forceinline__ void begin() {
     if (threadIdx.x == 0 && blockIdx.x < kMaxCtas)
         for (int e = 0; e < kEvents; ++e) g_t[blockIdx.x][e] = 0ull;
     if (threadIdx.x == 0 && blockIdx.x < kMaxCtas) g_t[blockIdx.x][kStart] = now();
+    if (threadIdx.x == 0) s_seen = 0u;
 }
 __device__ __forceinline__ void mark(int e) {
     if (blockIdx.x < kMaxCtas) g_t[blockIdx.x][e] = now();
 }
+// Thread 0 only (a shared flag word, so that no global load sits on the traced path).
 __device__ __forceinline__ void mark_first(int e) {
-    if (blockIdx.x < kMaxCtas && g_t[blockIdx.x][e] == 0ull) g_t[blockIdx.x][e] = now();
+    if (blockIdx.x < kMaxCtas && !(s_seen & (1u << e))) {
+        s_seen |= 1u << e;
+        g_t[blockIdx.x][e] = now();
+    }
 }
 __device__ __forceinline__ void mark0(int e) {
     if (threadIdx.x == 0) mark(e);
