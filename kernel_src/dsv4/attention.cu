@@ -198,9 +198,14 @@ constexpr bool kWideQ = true;                   // false: 64 x 64 tiles at every
 constexpr int kQStreamTokens = 16;              // DSV4_Q_STREAM_TOKENS (16, 32 or 64)
 static_assert(kQStreamTokens == 16 || kQStreamTokens == 32 || kQStreamTokens == 64,
               "1, 2 or 4 token tiles of 8, twice above 32");
-using CfgQbStream1 = sgemm::Config<128, 1, 256, 4, 2, kQL / 32, 4, true>;
-using CfgQbStream2 = sgemm::Config<128, 2, 256, 3, 2, kQL / 32, 4, true>;
-using CfgQbStream4 = sgemm::Config<64, 4, 256, 4, 4, kQL / 32, 4, true>;  // 64-row tiles: registers
+// kL2EvictFirst: the stream GEMMs' weight copies (phases 1 and 3) with an L2 evict_first policy.
+constexpr bool kL2EvictFirst = false;
+using CfgQbStream1 =
+    sgemm::Config<128, 1, 256, 4, 2, kQL / 32, 4, true, sgemm::kMathAuto, kL2EvictFirst>;
+using CfgQbStream2 =
+    sgemm::Config<128, 2, 256, 3, 2, kQL / 32, 4, true, sgemm::kMathAuto, kL2EvictFirst>;
+using CfgQbStream4 =  // 64-row tiles: registers
+    sgemm::Config<64, 4, 256, 4, 4, kQL / 32, 4, true, sgemm::kMathAuto, kL2EvictFirst>;
 static_assert(CfgQbStream1::kThreads <= kThreads && CfgQbStream2::kThreads <= kThreads &&
                   CfgQbStream4::kThreads <= kThreads,
               "the stream GEMM's warps fit the block");
@@ -398,9 +403,11 @@ __device__ __forceinline__ void wait_count(const unsigned *word, unsigned n) {
 }
 // 4 consumer warps: 2 row groups x 2 K parts, from 32 tokens 4 row groups (registers).
 template <int kH, int kNT>
-using CfgP1 = sgemm::Config<kP1BN, kNT, 128, 8, kNT >= 4 ? 4 : 2, kH / 32, 4, false>;  // codes
+using CfgP1 = sgemm::Config<kP1BN, kNT, 128, 8, kNT >= 4 ? 4 : 2, kH / 32, 4, false,
+                            sgemm::kMathAuto, kL2EvictFirst>;  // codes
 template <int kNT>
-using CfgP1Gate = bstream::Config<kP1BN, kNT, 256, kNT == 8 ? 5 : 6, kNT >= 4 ? 4 : 2, 4>;  // wkv_gate bf16 (64 tokens: 5 stages fit 172,032 B)
+using CfgP1Gate =  // wkv_gate bf16 (64 tokens: 5 stages fit 172,032 B)
+    bstream::Config<kP1BN, kNT, 256, kNT == 8 ? 5 : 6, kNT >= 4 ? 4 : 2, 4, kL2EvictFirst>;
 static_assert(CfgP1<128, 2>::kThreads <= kThreads && CfgP1Gate<2>::kThreads <= kThreads,
               "the stream GEMMs' warps fit the block");
 
