@@ -199,7 +199,7 @@ constexpr int kQStreamTokens = 16;              // DSV4_Q_STREAM_TOKENS (16, 32 
 static_assert(kQStreamTokens == 16 || kQStreamTokens == 32 || kQStreamTokens == 64,
               "1, 2 or 4 token tiles of 8, twice above 32");
 // kL2EvictFirst: the stream GEMMs' weight copies (phases 1 and 3) with an L2 evict_first policy.
-constexpr bool kL2EvictFirst = false;
+constexpr bool kL2EvictFirst = true;
 using CfgQbStream1 =
     sgemm::Config<128, 1, 256, 4, 2, kQL / 32, 4, true, sgemm::kMathAuto, kL2EvictFirst>;
 using CfgQbStream2 =
@@ -362,6 +362,7 @@ __device__ void prefetch_q_weights(const Params &p, int tid, int n) {
 // after it. The same warps also ask L2 for the KV rows and scale slots of the CTA's phase-4
 // items (head group 0 items only: the other groups read the same rows).
 constexpr bool kEarlyPrefetch = false;        // measured no faster (dsv4a/1)
+constexpr bool kQHints = true;                  // false: no wq_b L2 hints at all
 constexpr int kP1Idle = 160;                    // CfgP1 / CfgP1Gate: 4 consumer warps + producer
 template <int kPage, bool kHca>
 __device__ void prefetch_kv_rows(const Params &p, int tid, int n);  // phase 4 below
@@ -802,11 +803,13 @@ __device__ void compress_token(const Params &p, int t, unsigned char *smem, bool
 // reads.
 template <int kPage, int kDraft, bool kHca>
 __device__ void phase_token_rows(const Params &p, unsigned char *smem, bool wait) {
-    if (kHca)  // CTAs from the last one down, so the warp items below start elsewhere
-        for (int t = gridDim.x - 1 - blockIdx.x; t < p.T; t += gridDim.x)
-            compress_token<kDraft>(p, t, smem, wait);
+    // The warp items on the CTAs from the last one down (at T <= 16 those have no phase-1 slice:
+    // they reach phase 2 first), the compressors from the first one up.
+    if (kHca)
+        for (int t = blockIdx.x; t < p.T; t += gridDim.x) compress_token<kDraft>(p, t, smem, wait);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int item = blockIdx.x * kWarps + warp; item < 2 * p.T; item += gridDim.x * kWarps) {
+    for (int item = ((int)gridDim.x - 1 - (int)blockIdx.x) * kWarps + warp; item < 2 * p.T;
+         item += gridDim.x * kWarps) {
         if (item < p.T)
             qr_row(p, item, lane, wait);
         else
@@ -1257,17 +1260,26 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(
     };
     const bool hinted = phase_projections<kH, kHca != 0>(p, p1maps, smem, hints);
     trace::mark0(trace::kP1Done);
-    if (!kEarlyPrefetch)
-        prefetch_q_weights(p, (int)threadIdx.x, kThreads);
-    else if (!hinted)
-        hints((int)threadIdx.x, kThreads);
-    trace::mark0(trace::kPrefetch);
+    // The wq_b L2 hints after phase 1 (before barrier 0, or without it after phase 2, so that
+    // the phase-2 rows do not wait behind them).
+    auto late_hints = [&] {
+        if (!kQHints) return;
+        if (!kEarlyPrefetch)
+            prefetch_q_weights(p, (int)threadIdx.x, kThreads);
+        else if (!hinted)
+            hints((int)threadIdx.x, kThreads);
+    };
     // T <= kQStreamTokens on the stream phase 1: no barrier 0 (phase 2 waits on block counts).
     const bool no_b0 = kNoBarrier0 && kH <= kP1MaxH && p.T <= kQStreamTokens;
-    if (!no_b0) grid_barrier(p.bank + 0);
+    if (!no_b0) {
+        late_hints();
+        trace::mark0(trace::kPrefetch);
+        grid_barrier(p.bank + 0);
+    }
     trace::mark0(trace::kB0);
     phase_token_rows<kPage, kDraft, kHca != 0>(p, smem, no_b0);
     trace::mark0(trace::kP2Done);
+    if (no_b0) late_hints();
     // T <= kQStreamTokens: phase 3 waits for the qr rows alone (kQrReadyWord), no barrier 1.
     if (p.T > kQStreamTokens) grid_barrier(p.bank + 1);
     phase_q_projection<kDraft, kHca != 0>(p, qmaps, p1maps.q2, smem);
