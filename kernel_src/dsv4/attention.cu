@@ -363,6 +363,10 @@ __device__ void prefetch_q_weights(const Params &p, int tid, int n) {
 // items (head group 0 items only: the other groups read the same rows).
 constexpr bool kEarlyPrefetch = false;        // measured no faster (dsv4a/1)
 constexpr bool kQHints = true;                  // false: no wq_b L2 hints at all
+// T <= 16 (no barrier 0): no wq_b L2 hints either (measured without them in request dsv4a/3:
+// SWA T1 80.41 -> 79.83 us, T16 101.03 -> 99.99, HCA T1 90.67 -> 90.11; with the weight copies
+// evict_first the hinted lines only displace others).
+constexpr bool kQHintsNoB0 = false;
 constexpr int kP1Idle = 160;                    // CfgP1 / CfgP1Gate: 4 consumer warps + producer
 template <int kPage, bool kHca>
 __device__ void prefetch_kv_rows(const Params &p, int tid, int n);  // phase 4 below
@@ -1279,7 +1283,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(
     trace::mark0(trace::kB0);
     phase_token_rows<kPage, kDraft, kHca != 0>(p, smem, no_b0);
     trace::mark0(trace::kP2Done);
-    if (no_b0) late_hints();
+    if (no_b0 && kQHintsNoB0) late_hints();
     // T <= kQStreamTokens: phase 3 waits for the qr rows alone (kQrReadyWord), no barrier 1.
     if (p.T > kQStreamTokens) grid_barrier(p.bank + 1);
     phase_q_projection<kDraft, kHca != 0>(p, qmaps, p1maps.q2, smem);
