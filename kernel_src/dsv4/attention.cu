@@ -19,7 +19,8 @@
 //   K cut into up to 8 slices so that tiles * slices <= gridDim.x; a slice writes its fp32
 //   partial to part_k, the tile's last slice (bank counter) sums them in slice order and stores.
 //   T <= 64 (H <= 8192): the weight-streaming GEMMs instead (phase_projections_stream below).
-// --- barrier 0
+// --- barrier 0 (T > 16; at T <= 16 each phase-2 item waits for the phase-1 blocks it reads,
+//     counted on bank words 6..8)
 // Phase 2 (a warp per token row; a CTA per firing token):
 //   qr[t]      = mxq(bf16(rmsnorm(qa[t], q_norm_weight, q_eps)))      [T, 1024] bf16 (workspace qr)
 //   kv_cache row swa_loc[t] (skipped if < 0) = fp8 row of
@@ -58,9 +59,10 @@
 //   freqs_real / c128_freqs_real fp32 [max_pos, 64] interleaved (cos, sin).
 //   plan       int4 [T] (slot0, len0, slot1, rows) of this kind (mla_attention_plan).
 //   bank       the kind's barrier bank: words 0..2 the phase barriers, word 3 the exit count,
-//              word 4 the x-quantized count, word 5 the qr-row count (T <= 16; each zeroed by
-//              block 0 after the last barrier before which it is read), words 64..127 the
-//              phase-1 split-K tile / block counters (each back to 0 after its tile).
+//              word 4 the x-quantized count, word 5 the qr-row count (T <= 16), words 6..8 the
+//              qa / kv / kv_gate blocks done (words 4..8 zeroed by block 0 after barrier 2),
+//              words 64..127 the phase-1 split-K tile / block counters (each back to 0 after
+//              its tile).
 //   part_o     fp32 [T, 4, 64, 512], part_lse fp32 [T, 4, 64] (split launches: T <= 16).
 //   part_k     fp32 [slices, T, 2560] phase-1 split-K partials ([qa | kv | kv_gate] columns).
 #include <cuda_bf16.h>
