@@ -79,9 +79,13 @@ __host__ __device__ constexpr int resolve_math(int m, int bn) {
 }
 
 template <int kBN_, int kNT_, int kKS_, int kStages_, int kWR_, int kSfRow_,
-          int kConsumerWarps_ = 8, bool kMulti_ = false, int kMath_ = kMathAuto>
+          int kConsumerWarps_ = 8, bool kMulti_ = false, int kMath_ = kMathAuto,
+          bool kWEvictFirst_ = false>
 struct Config {
     static constexpr int kBN = kBN_, kNT = kNT_, kKS = kKS_, kStages = kStages_, kWR = kWR_;
+    // The W and W-scale copies with an L2 evict_first policy (weights read once per call), so
+    // that they do not push the kernel's other data and code out of L2.
+    static constexpr bool kWEvictFirst = kWEvictFirst_;
     static constexpr int kSfRow = kSfRow_;
     static constexpr bool kMulti = kMulti_;                 // several tiles per CTA (run_tiles)
     static constexpr int kMath = resolve_math(kMath_, kBN_);
@@ -186,6 +190,25 @@ __device__ __forceinline__ void tma_prefetch_2d(const TmaMap *map, int c0, int c
     asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(map),
                  "r"(c0), "r"(c1)
                  : "memory");
+}
+
+// tma_2d with an L2 evict_first cache policy (createpolicy.fractional, fraction 1).
+__device__ __forceinline__ void tma_2d_evict_first(unsigned dst, const TmaMap *map, int c0, int c1,
+                                                   unsigned bar) {
+    asm volatile(
+        "{\n.reg .b64 pol;\ncreatepolicy.fractional.L2::evict_first.b64 pol, 1.0;\n"
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+        " [%0], [%1, {%2, %3}], [%4], pol;\n}\n" ::"r"(dst),
+        "l"(map), "r"(c0), "r"(c1), "r"(bar)
+        : "memory");
+}
+template <bool kEvictFirst>
+__device__ __forceinline__ void tma_2d_w(unsigned dst, const TmaMap *map, int c0, int c1,
+                                         unsigned bar) {
+    if constexpr (kEvictFirst)
+        tma_2d_evict_first(dst, map, c0, c1, bar);
+    else
+        tma_2d(dst, map, c0, c1, bar);
 }
 
 // mbarrier.arrive.shared::cta.b64 (one arrival, no tx).
@@ -400,11 +423,11 @@ __device__ __forceinline__ void produce(const Operands &op, int count, TileN til
             mbarrier_arrive_expect_tx(sm.full(s), bytes);
             const int k = op.w_k0 + (f % steps) * Cfg::kKS;
             for (int at = 0; at < Cfg::kAtoms; ++at)
-                tma_2d(smem_u32(sm.w(s) + at * Cfg::kWBox), &op.maps->w, k + 128 * at, n0,
-                       sm.full(s));
+                tma_2d_w<Cfg::kWEvictFirst>(smem_u32(sm.w(s) + at * Cfg::kWBox), &op.maps->w,
+                                            k + 128 * at, n0, sm.full(s));
             // The SfAtom blocks (128 rows x 4 groups, 512 B) of the tile's rows, K-atoms k / 128..
-            tma_2d(smem_u32(sm.wsf(s)), &op.maps->sf, 0, (int)((n0 / 128) * atoms_per_block + k / 128),
-                   sm.full(s));
+            tma_2d_w<Cfg::kWEvictFirst>(smem_u32(sm.wsf(s)), &op.maps->sf, 0,
+                                        (int)((n0 / 128) * atoms_per_block + k / 128), sm.full(s));
         }
     };
     auto issue_a = [&](int f) {

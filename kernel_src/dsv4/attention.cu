@@ -19,7 +19,8 @@
 //   K cut into up to 8 slices so that tiles * slices <= gridDim.x; a slice writes its fp32
 //   partial to part_k, the tile's last slice (bank counter) sums them in slice order and stores.
 //   T <= 64 (H <= 8192): the weight-streaming GEMMs instead (phase_projections_stream below).
-// --- barrier 0
+// --- barrier 0 (T > 16; at T <= 16 each phase-2 item waits for the phase-1 blocks it reads,
+//     counted on bank words 6..8)
 // Phase 2 (a warp per token row; a CTA per firing token):
 //   qr[t]      = mxq(bf16(rmsnorm(qa[t], q_norm_weight, q_eps)))      [T, 1024] bf16 (workspace qr)
 //   kv_cache row swa_loc[t] (skipped if < 0) = fp8 row of
@@ -58,9 +59,10 @@
 //   freqs_real / c128_freqs_real fp32 [max_pos, 64] interleaved (cos, sin).
 //   plan       int4 [T] (slot0, len0, slot1, rows) of this kind (mla_attention_plan).
 //   bank       the kind's barrier bank: words 0..2 the phase barriers, word 3 the exit count,
-//              word 4 the x-quantized count, word 5 the qr-row count (T <= 16; each zeroed by
-//              block 0 after the last barrier before which it is read), words 64..127 the
-//              phase-1 split-K tile / block counters (each back to 0 after its tile).
+//              word 4 the x-quantized count, word 5 the qr-row count (T <= 16), words 6..8 the
+//              qa / kv / kv_gate blocks done (words 4..8 zeroed by block 0 after barrier 2),
+//              words 64..127 the phase-1 split-K tile / block counters (each back to 0 after
+//              its tile).
 //   part_o     fp32 [T, 4, 64, 512], part_lse fp32 [T, 4, 64] (split launches: T <= 16).
 //   part_k     fp32 [slices, T, 2560] phase-1 split-K partials ([qa | kv | kv_gate] columns).
 #include <cuda_bf16.h>
@@ -72,6 +74,7 @@
 #include "common/grid_barrier.cuh"
 #include "common/pdl.cuh"
 #include "dsv4/stream_bf16.cuh"
+#include "dsv4/trace.cuh"
 #include "common/ptx_mma.cuh"
 #include "common/rope.cuh"
 #include "common/softmax.cuh"
@@ -197,9 +200,14 @@ constexpr bool kWideQ = true;                   // false: 64 x 64 tiles at every
 constexpr int kQStreamTokens = 16;              // DSV4_Q_STREAM_TOKENS (16, 32 or 64)
 static_assert(kQStreamTokens == 16 || kQStreamTokens == 32 || kQStreamTokens == 64,
               "1, 2 or 4 token tiles of 8, twice above 32");
-using CfgQbStream1 = sgemm::Config<128, 1, 256, 4, 2, kQL / 32, 4, true>;
-using CfgQbStream2 = sgemm::Config<128, 2, 256, 3, 2, kQL / 32, 4, true>;
-using CfgQbStream4 = sgemm::Config<64, 4, 256, 4, 4, kQL / 32, 4, true>;  // 64-row tiles: registers
+// kL2EvictFirst: the stream GEMMs' weight copies (phases 1 and 3) with an L2 evict_first policy.
+constexpr bool kL2EvictFirst = true;
+using CfgQbStream1 =
+    sgemm::Config<128, 1, 256, 4, 2, kQL / 32, 4, true, sgemm::kMathAuto, kL2EvictFirst>;
+using CfgQbStream2 =
+    sgemm::Config<128, 2, 256, 3, 2, kQL / 32, 4, true, sgemm::kMathAuto, kL2EvictFirst>;
+using CfgQbStream4 =  // 64-row tiles: registers
+    sgemm::Config<64, 4, 256, 4, 4, kQL / 32, 4, true, sgemm::kMathAuto, kL2EvictFirst>;
 static_assert(CfgQbStream1::kThreads <= kThreads && CfgQbStream2::kThreads <= kThreads &&
                   CfgQbStream4::kThreads <= kThreads,
               "the stream GEMM's warps fit the block");
@@ -331,6 +339,40 @@ __device__ __forceinline__ KSplit projection_split(int m_tiles, int tiles, int k
     return {(ksteps + steps - 1) / steps, steps};
 }
 
+// With one m-tile (T <= 64): asks L2 for the wq_b rows and SfAtom scale block of every phase-3
+// tile this CTA will compute (the tiles of q_projection_tiles at T <= 64 and of
+// q_projection_stream), so that the 32 MB weight stream overlaps phase 1, barrier 0, phase 2
+// (and barrier 1), during which DRAM is otherwise nearly idle at small T; phase 3 then reads
+// them from L2. Threads tid = 0 .. n - 1 of the calling ones share the lines. A hint only.
+__device__ void prefetch_q_weights(const Params &p, int tid, int n) {
+    if (p.T > kBM) return;
+    constexpr int kTileN = kWideQ ? CfgQbWide::kBN : CfgQb::kBN;
+    constexpr int kAtomBytes = (kQL / 32 + 3) / 4 * 512;  // one 128-row SfAtom block over all K
+    for (int tile = blockIdx.x; tile < kQCols / kTileN; tile += gridDim.x) {
+        const long long n0 = (long long)tile * kTileN;
+        const unsigned char *w = p.wq_b + n0 * kQL, *sf = p.wq_b_sf + n0 / 128 * kAtomBytes;
+        for (long long i = (long long)tid * 128; i < (long long)kTileN * kQL; i += n * 128LL)
+            gemm::prefetch_l2(w + i);
+        for (int i = tid * 128; i < kAtomBytes; i += n * 128) gemm::prefetch_l2(sf + i);
+    }
+}
+
+// kEarlyPrefetch (T <= kP1StreamTokens): the L2 hints above are issued at the kernel's start
+// by the warps phase 1's stream GEMMs leave idle (threads kP1Idle..255, once their first
+// phase-1 item has started; CTAs without a phase-1 item after phase 1, all threads), instead of
+// by all threads after phase 1: the wq_b stream then runs beside phase 1's 6 MB rather than
+// after it. The same warps also ask L2 for the KV rows and scale slots of the CTA's phase-4
+// items (head group 0 items only: the other groups read the same rows).
+constexpr bool kEarlyPrefetch = false;        // measured no faster (dsv4a/1)
+constexpr bool kQHints = true;                  // false: no wq_b L2 hints at all
+// T <= 16 (no barrier 0): no wq_b L2 hints either (measured without them in request dsv4a/3:
+// SWA T1 80.41 -> 79.83 us, T16 101.03 -> 99.99, HCA T1 90.67 -> 90.11; with the weight copies
+// evict_first the hinted lines only displace others).
+constexpr bool kQHintsNoB0 = false;
+constexpr int kP1Idle = 160;                    // CfgP1 / CfgP1Gate: 4 consumer warps + producer
+template <int kPage, bool kHca>
+__device__ void prefetch_kv_rows(const Params &p, int tid, int n);  // phase 4 below
+
 // ---- phase 1 for T <= kP1StreamTokens (64): the weight-streaming GEMMs ----------------------------
 //
 // x is quantized once (mxq: e4m3 codes + ue8m0 scales, the bits the tiled path's mxq(x) rounds
@@ -353,11 +395,26 @@ constexpr int kXReadyWord = 4;                  // bank word: CTAs done quantizi
 // waits on it (its W copies start at once) instead of a grid barrier 1. Zeroed by block 0 after
 // barrier 2.
 constexpr int kQrReadyWord = 5;
+// T <= kQStreamTokens (and the stream phase 1): no grid barrier 0. Each phase-1 block's last slice
+// counts the block on one of these words after its stores (release), and phase 2's items wait for
+// the blocks they read (acquire): a qr row for the kQL / kP1BN qa blocks, a kv row for the
+// kKVL / kP1BN kv blocks, a compressor (HCA) for the 2 kKVL / kP1BN kv_gate blocks. So CTAs go
+// on to phase 3 (whose W copies start at once) as soon as their own work is done, and qr waits
+// for neither the kv / kv_gate blocks nor the L2 hints. Zeroed by block 0 after barrier 2 (read
+// before it only); above kQStreamTokens barrier 0 stays and the counts are not read.
+constexpr int kQaDoneWord = 6, kKvDoneWord = 7, kGateDoneWord = 8;
+constexpr bool kNoBarrier0 = true;             // false: barrier 0 at every T (counts unread)
+
+__device__ __forceinline__ void wait_count(const unsigned *word, unsigned n) {
+    while (ld_acquire_gpu(word) < n) __nanosleep(32);
+}
 // 4 consumer warps: 2 row groups x 2 K parts, from 32 tokens 4 row groups (registers).
 template <int kH, int kNT>
-using CfgP1 = sgemm::Config<kP1BN, kNT, 128, 8, kNT >= 4 ? 4 : 2, kH / 32, 4, false>;  // codes
+using CfgP1 = sgemm::Config<kP1BN, kNT, 128, 8, kNT >= 4 ? 4 : 2, kH / 32, 4, false,
+                            sgemm::kMathAuto, kL2EvictFirst>;  // codes
 template <int kNT>
-using CfgP1Gate = bstream::Config<kP1BN, kNT, 256, kNT == 8 ? 5 : 6, kNT >= 4 ? 4 : 2, 4>;  // wkv_gate bf16 (64 tokens: 5 stages fit 172,032 B)
+using CfgP1Gate =  // wkv_gate bf16 (64 tokens: 5 stages fit 172,032 B)
+    bstream::Config<kP1BN, kNT, 256, kNT == 8 ? 5 : 6, kNT >= 4 ? 4 : 2, 4, kL2EvictFirst>;
 static_assert(CfgP1<128, 2>::kThreads <= kThreads && CfgP1Gate<2>::kThreads <= kThreads,
               "the stream GEMMs' warps fit the block");
 
@@ -409,9 +466,17 @@ __device__ void quantize_x(const Params &p) {
 // tile's tokens t0 + t): with one slice store(t0 + t, n0 + r, v0, v1) for row pairs (r, r + 1)
 // straight from D; with several the slice's fp32 partial goes to part_k[slice][t0 + t][col + r],
 // and the last slice to arrive on counter sums the partials in slice order and stores.
+// The block's stores done (every consumer thread): its count on `done` (release).
+template <class Cfg>
+__device__ __forceinline__ void p1_count_block(unsigned *done) {
+    __threadfence();
+    named_barrier_sync(1, Cfg::kConsumers);
+    if (threadIdx.x == 0) red_add_release_gpu(done, 1u);
+}
+
 template <class Cfg, class Store>
 __device__ void p1_store(const Params &p, const float *D, int T, int t0, int n0, const Slice &sl,
-                         Store store) {
+                         unsigned *done, Store store) {
     constexpr int kP = Cfg::kDPitch, kBN = Cfg::kBN;
     const int tid = (int)threadIdx.x;
     if (sl.count == 1) {
@@ -419,6 +484,7 @@ __device__ void p1_store(const Params &p, const float *D, int T, int t0, int n0,
             const int t = x / (kBN / 2), r = 2 * (x % (kBN / 2));
             store(t0 + t, n0 + r, D[r * kP + t], D[(r + 1) * kP + t]);
         }
+        p1_count_block<Cfg>(done);
         return;
     }
     __shared__ unsigned s_last;
@@ -447,6 +513,7 @@ __device__ void p1_store(const Params &p, const float *D, int T, int t0, int n0,
         }
         store(t0 + t, n0 + r, sum.x, sum.y);
     }
+    p1_count_block<Cfg>(done);
 }
 
 // Slice sl of the 64-row block `block` of [wq_a; wkv] on the x codes of tokens 32 half ..
@@ -474,12 +541,14 @@ __device__ void qkv_stream(const Params &p, const P1Maps &maps, int block, int h
         op, n0, smem,
         [&] {
             while (ld_acquire_gpu(ready) < gridDim.x) __nanosleep(32);
+            if (threadIdx.x == 0) trace::mark_first(trace::kP1Ready);
         },
         [&](const float *D, int T) {
+            if (threadIdx.x == 0) trace::mark_first(trace::kP1Epi);
             if (is_q)
-                p1_store<Cfg>(p, D, T, t0, n0, sl, StoreBf16{p.qa, kQL});
+                p1_store<Cfg>(p, D, T, t0, n0, sl, p.bank + kQaDoneWord, StoreBf16{p.qa, kQL});
             else
-                p1_store<Cfg>(p, D, T, t0, n0, sl, StoreBf16{p.kv, kKVL});
+                p1_store<Cfg>(p, D, T, t0, n0, sl, p.bank + kKvDoneWord, StoreBf16{p.kv, kKVL});
         });
 }
 
@@ -493,7 +562,8 @@ __device__ void gate_stream(const Params &p, const P1Maps &maps, int block, cons
     op.k0_bytes = 2 * sl.k0, op.k_bytes = 2 * sl.len, op.T = p.T;
     const int n0 = block * kP1BN;
     bstream::run<Cfg>(op, n0, smem, [&](const float *D, int T) {
-        p1_store<Cfg>(p, D, T, 0, n0, sl, StoreF32{p.kv_gate, 2 * kKVL});
+        if (threadIdx.x == 0) trace::mark_first(trace::kP1Epi);
+        p1_store<Cfg>(p, D, T, 0, n0, sl, p.bank + kGateDoneWord, StoreF32{p.kv_gate, 2 * kKVL});
     });
 }
 
@@ -507,9 +577,10 @@ __device__ __forceinline__ P1Split p1_split(int ctas, int blocks, int ksteps) {
     return {(ksteps + steps - 1) / steps, steps};
 }
 
-template <int kH, bool kHca, int kNT>
-__device__ void phase_projections_stream(const Params &p, const P1Maps &maps,
-                                         unsigned char *smem) {
+// Returns true (CTA-uniform) when this CTA had an item: its idle warps then called early(tid, n).
+template <int kH, bool kHca, int kNT, class Early>
+__device__ bool phase_projections_stream(const Params &p, const P1Maps &maps,
+                                         unsigned char *smem, Early early) {
     constexpr int kQBlocks = (kQL + kKVL) / kP1BN, kGBlocks = kHca ? 2 * kKVL / kP1BN : 0;
     constexpr int kHalves = kNT == 8 ? 2 : 1, kQNT = kNT == 8 ? 4 : kNT;  // [wq_a; wkv] tokens
     constexpr int kQSteps = kH / 128;                                // CfgP1: 128 columns a step
@@ -519,7 +590,10 @@ __device__ void phase_projections_stream(const Params &p, const P1Maps &maps,
                   "phase 1's stream GEMMs fit the launch's shared memory");
     // Counters below word 128 (output_proj's split counters start there).
     static_assert(kSplitWord0 + kQBlocks * kHalves + kGBlocks <= 128, "slice counters fit");
+    static_assert(CfgP1<kH, kNT>::kThreads <= kP1Idle && CfgP1Gate<kNT>::kThreads <= kP1Idle,
+                  "the early hints' warps are idle in phase 1");
     quantize_x<kH>(p);
+    trace::mark0(trace::kXQuant);
     // HCA: the CTAs shared by bytes (fp8 W 6 MB, bf16 gate 8 MB): 3/7 of them to [wq_a; wkv].
     const int grid = (int)gridDim.x;
     const P1Split qs = p1_split(kHca ? grid * 3 / 7 : grid, kQBlocks * kHalves, kQSteps);
@@ -542,27 +616,23 @@ __device__ void phase_projections_stream(const Params &p, const P1Maps &maps,
                               p.bank + kSplitWord0 + kQBlocks * kHalves + block};
             gate_stream<kH, kNT>(p, maps, block, sl, smem);
         }
+        // The warps the stream GEMMs leave idle (they return at once): the early L2 hints.
+        if (kEarlyPrefetch && item == (int)blockIdx.x && (int)threadIdx.x >= kP1Idle)
+            early((int)threadIdx.x - kP1Idle, kThreads - kP1Idle);
         __syncthreads();                    // smem free for the next item
     }
+    return kEarlyPrefetch && (int)blockIdx.x < items;
 }
 
 // T <= kP1StreamTokens: the kNT = ceil(T / 8) rounded up to a power of two instantiation.
-template <int kH, bool kHca>
-__device__ void phase_projections_stream_t(const Params &p, const P1Maps &maps,
-                                           unsigned char *smem) {
-    if (p.T <= 8) {
-        phase_projections_stream<kH, kHca, 1>(p, maps, smem);
-        return;
-    }
-    if (p.T <= 16) {
-        phase_projections_stream<kH, kHca, 2>(p, maps, smem);
-        return;
-    }
-    if (p.T <= 32 && kP1StreamTokens >= 32) {
-        phase_projections_stream<kH, kHca, 4>(p, maps, smem);
-        return;
-    }
-    phase_projections_stream<kH, kHca, 8>(p, maps, smem);
+template <int kH, bool kHca, class Early>
+__device__ bool phase_projections_stream_t(const Params &p, const P1Maps &maps,
+                                           unsigned char *smem, Early early) {
+    if (p.T <= 8) return phase_projections_stream<kH, kHca, 1>(p, maps, smem, early);
+    if (p.T <= 16) return phase_projections_stream<kH, kHca, 2>(p, maps, smem, early);
+    if (p.T <= 32 && kP1StreamTokens >= 32)
+        return phase_projections_stream<kH, kHca, 4>(p, maps, smem, early);
+    return phase_projections_stream<kH, kHca, 8>(p, maps, smem, early);
 }
 
 template <int kH, bool kHca>
@@ -590,36 +660,26 @@ __device__ void phase_projections_tiled(const Params &p, unsigned char *smem) {
 
 // Phase 1: the stream GEMMs up to kP1StreamTokens tokens (H <= kP1MaxH: the A scale table of a
 // 64-token stage holds a whole slice's groups, at most H / 32 bytes a row), else the tiles.
-template <int kH, bool kHca>
-__device__ void phase_projections(const Params &p, const P1Maps &maps, unsigned char *smem) {
+// Returns true when early(tid, n) was called by this CTA's idle warps (kEarlyPrefetch).
+template <int kH, bool kHca, class Early>
+__device__ bool phase_projections(const Params &p, const P1Maps &maps, unsigned char *smem,
+                                  Early early) {
     if constexpr (kH <= kP1MaxH) {
-        if (p.T <= kP1StreamTokens) {
-            phase_projections_stream_t<kH, kHca>(p, maps, smem);
-            return;
-        }
+        if (p.T <= kP1StreamTokens) return phase_projections_stream_t<kH, kHca>(p, maps, smem, early);
     }
     phase_projections_tiled<kH, kHca>(p, smem);
-}
-
-// With one m-tile (T <= 64), after its phase-1 items: asks L2 for the wq_b rows and SfAtom scale
-// block of every phase-3 tile this CTA will compute (the tiles of q_projection_tiles at T <= 64),
-// so that the 32 MB weight stream overlaps barrier 0, phase 2 and barrier 1, during which DRAM
-// is otherwise nearly idle at small T; phase 3 then reads them from L2. A hint only.
-__device__ void prefetch_q_weights(const Params &p) {
-    if (p.T > kBM) return;
-    constexpr int kTileN = kWideQ ? CfgQbWide::kBN : CfgQb::kBN;
-    constexpr int kAtomBytes = (kQL / 32 + 3) / 4 * 512;  // one 128-row SfAtom block over all K
-    for (int tile = blockIdx.x; tile < kQCols / kTileN; tile += gridDim.x) {
-        const long long n0 = (long long)tile * kTileN;
-        gemm::prefetch_l2_range<kThreads>(p.wq_b + n0 * kQL, (long long)kTileN * kQL);
-        gemm::prefetch_l2_range<kThreads>(p.wq_b_sf + n0 / 128 * kAtomBytes, kAtomBytes);
-    }
+    return false;
 }
 
 // ---- phase 2: token rows and the compressor ------------------------------------------------
 
 // qr[t] = mxq(bf16(rmsnorm(qa[t], q_norm_weight))): one warp, 32 values (one group) per lane.
-__device__ void qr_row(const Params &p, int t, int lane) {
+// wait: no barrier 0 (T <= kQStreamTokens), the qa blocks' count first.
+__device__ void qr_row(const Params &p, int t, int lane, bool wait) {
+    if (wait) {  // the gain's lines asked for first (a weight: likely out of L2 by now)
+        if (lane < kQL * 2 / 128) gemm::prefetch_l2(p.q_norm_w + lane * 64);
+        wait_count(p.bank + kQaDoneWord, kQL / kP1BN);
+    }
     float v[32], w[32];
     load_bf16<32>(p.qa + (long long)t * kQL + lane * 32, v);
     float ss = 0.0f;
@@ -653,9 +713,16 @@ __device__ void qr_row(const Params &p, int t, int lane) {
 
 // The new SWA row of token t into kv_cache (skipped if swa_loc[t] < 0: A15).
 template <int kPage>
-__device__ void kv_row(const Params &p, int t, int lane) {
+__device__ void kv_row(const Params &p, int t, int lane, bool wait) {
     const int loc = p.swa_loc[t];
     if (loc < 0) return;
+    if (wait) {  // the gain's and the RoPE row's lines first
+        if (lane < kKVL * 2 / 128)
+            gemm::prefetch_l2(p.kv_norm_w + lane * 64);
+        else if (lane < kKVL * 2 / 128 + 2)
+            gemm::prefetch_l2(p.freqs + (long long)p.positions[t] * 64 + (lane - 8) * 32);
+        wait_count(p.bank + kKvDoneWord, kKVL / kP1BN);
+    }
     float v[16];
     load_bf16<16>(p.kv + (long long)t * kKVL + lane * 16, v);
     norm_gain_rope_row(v, p.kv_norm_w, p.kv_eps, p.freqs + (long long)p.positions[t] * 64, lane);
@@ -710,9 +777,16 @@ __device__ void pool_window(const Params &p, const int *map, int base, float *po
 
 // The c128 compressor of token t if it fires (p % 128 == 127, c128_out_loc[t] >= 0).
 template <int kDraft>
-__device__ void compress_token(const Params &p, int t, unsigned char *smem) {
+__device__ void compress_token(const Params &p, int t, unsigned char *smem, bool wait) {
     const int pos = p.positions[t], loc = p.c128_out_loc[t];
     if ((pos & 127) != 127 || loc < 0) return;  // uniform across the CTA
+    if (wait) {                                 // no barrier 0: the kv_gate blocks' count
+        if (threadIdx.x == 0) {
+            wait_count(p.bank + kGateDoneWord, 2 * kKVL / kP1BN);
+            __threadfence();
+        }
+        __syncthreads();
+    }
     int *map = reinterpret_cast<int *>(smem);
     float *pooled = reinterpret_cast<float *>(smem + 128 * sizeof(int));
     const int base = p.ring_row[t] - 127, first = pos - 127;
@@ -731,17 +805,21 @@ __device__ void compress_token(const Params &p, int t, unsigned char *smem) {
     __syncthreads();
 }
 
+// wait: no barrier 0 before it (T <= kQStreamTokens): each item waits for the phase-1 blocks it
+// reads.
 template <int kPage, int kDraft, bool kHca>
-__device__ void phase_token_rows(const Params &p, unsigned char *smem) {
-    if (kHca)  // CTAs from the last one down, so the warp items below start elsewhere
-        for (int t = gridDim.x - 1 - blockIdx.x; t < p.T; t += gridDim.x)
-            compress_token<kDraft>(p, t, smem);
+__device__ void phase_token_rows(const Params &p, unsigned char *smem, bool wait) {
+    // The warp items on the CTAs from the last one down (at T <= 16 those have no phase-1 slice:
+    // they reach phase 2 first), the compressors from the first one up.
+    if (kHca)
+        for (int t = blockIdx.x; t < p.T; t += gridDim.x) compress_token<kDraft>(p, t, smem, wait);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int item = blockIdx.x * kWarps + warp; item < 2 * p.T; item += gridDim.x * kWarps) {
+    for (int item = ((int)gridDim.x - 1 - (int)blockIdx.x) * kWarps + warp; item < 2 * p.T;
+         item += gridDim.x * kWarps) {
         if (item < p.T)
-            qr_row(p, item, lane);
+            qr_row(p, item, lane, wait);
         else
-            kv_row<kPage>(p, item - p.T, lane);
+            kv_row<kPage>(p, item - p.T, lane, wait);
     }
 }
 
@@ -814,8 +892,10 @@ __device__ void q_projection_stream(const Params &p, const sgemm::Maps &maps, in
         op, count, [](int i) { return ((int)blockIdx.x + i * (int)gridDim.x) * Cfg::kBN; }, smem,
         [&] {
             while (ld_acquire_gpu(p.bank + kQrReadyWord) < (unsigned)p.T) __nanosleep(32);
+            if (threadIdx.x == 0) trace::mark_first(trace::kP3Ready);
         },
         [&](int, int n0, const float *D, int T) {
+            if (threadIdx.x == 0) trace::mark_first(trace::kP3Epi);
             for (int x = (int)threadIdx.x; x < T * Cfg::kBN / 2; x += Cfg::kConsumers) {
                 const int t = x / (Cfg::kBN / 2), r = 2 * (x % (Cfg::kBN / 2));
                 *reinterpret_cast<unsigned *>(p.q_or_x + (long long)(t0 + t) * kQCols + n0 + r) =
@@ -1083,13 +1163,16 @@ __device__ void attention_item(const Params &p, const Item &it, unsigned char *s
     const float scale2 = p.sm_scale * kLog2e;
     const int ntiles = (it.end - it.begin + kRows - 1) / kRows;
     float m = neg_inf(), l = 0.0f, o[8][4] = {};
-    load_q(p, it, sq);
+    // The first tile's copies first, then Q (its loads and math overlap the copies; the loop's
+    // barriers order sQ before its first use).
     if (ntiles > 0) {
         fill_row_table<kPage, kHca>(p, it, it.begin, tbl);
         __syncthreads();
         load_kv_tile(tbl, smem + kOffRaw, p.kv_cache);
     }
     cp_async_commit();
+    load_q(p, it, sq);
+    if (threadIdx.x == 0) trace::mark_first(trace::kP4Q);
     for (int k = 0; k < ntiles; ++k) {
         const bool more = k + 1 < ntiles;
         const unsigned char **next_tbl = tbl + ((k + 1) & 1) * 2 * kRows;
@@ -1099,6 +1182,7 @@ __device__ void attention_item(const Params &p, const Item &it, unsigned char *s
         cp_async_commit();
         cp_async_wait<1>();
         __syncthreads();
+        if (threadIdx.x == 0) trace::mark_first(trace::kP4Kv);
         dequant_kv_tile(smem + kOffRaw + (k & 1) * kRawBytes, skv);
         __syncthreads();
         qk_scores(sq, skv, ss, min(kRows, it.end - it.begin - k * kRows), scale2);
@@ -1106,6 +1190,7 @@ __device__ void attention_item(const Params &p, const Item &it, unsigned char *s
         softmax_tile(ss, sp, corr, m, l);
         __syncthreads();
         pv_accumulate(sp, skv, corr, o);
+        if (threadIdx.x == 0) trace::mark_first(trace::kP4Tile);
     }
     cp_async_wait<0>();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -1118,8 +1203,31 @@ __device__ void attention_item(const Params &p, const Item &it, unsigned char *s
 template <int kPage, bool kHca>
 __device__ void phase_attention(const Params &p, unsigned char *smem) {
     const int items = p.T * attn::kGroups * (p.split ? kSplits : 1);
-    for (int i = blockIdx.x; i < items; i += gridDim.x)
+    for (int i = blockIdx.x; i < items; i += gridDim.x) {
         attention_item<kPage, kHca>(p, item_of(p, i, kHca), smem);
+        if (threadIdx.x == 0) trace::mark_first(trace::kP4First);
+    }
+    trace::mark0(trace::kP4Done);
+}
+
+// L2 hints for the KV rows and scale slots of this CTA's phase-4 items (head group 0 only; T <=
+// kBM): threads tid = 0 .. n - 1 of the calling ones. Rows of this launch (phase 2 writes them)
+// are hinted before they are written: harmless, L2 is coherent.
+template <int kPage, bool kHca>
+__device__ void prefetch_kv_rows(const Params &p, int tid, int n) {
+    if (p.T > kBM) return;
+    constexpr int kLines = 7;                   // offsets 0, 128, .., 512, 575 of the row; slot
+    const int items = p.T * attn::kGroups * (p.split ? kSplits : 1);
+    for (int i = blockIdx.x; i < items; i += gridDim.x) {
+        const Item it = item_of(p, i, kHca);
+        if (it.hg != 0) continue;
+        for (int x = tid; x < (it.end - it.begin) * kLines; x += n) {
+            const unsigned char *d, *sc;
+            row_source<kPage, kHca>(p, it, it.begin + x / kLines, &d, &sc);
+            const int part = x % kLines;
+            gemm::prefetch_l2(part == kLines - 1 ? sc : d + min(part * 128, kRowBytes - 1));
+        }
+    }
 }
 
 // ---- the kernel -----------------------------------------------------------------------------
@@ -1151,16 +1259,41 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(
     // mla_output_proj's kernel A is launched as a programmatic dependent: its CTAs may take the
     // SMs this grid's CTAs leave (they wait for this grid's completion before reading anything).
     pdl::launch_dependents();
-    phase_projections<kH, kHca != 0>(p, p1maps, smem);
-    prefetch_q_weights(p);
-    grid_barrier(p.bank + 0);
-    if (blockIdx.x == 0 && threadIdx.x == 0) p.bank[kXReadyWord] = 0u;  // read before barrier 0 only
-    phase_token_rows<kPage, kDraft, kHca != 0>(p, smem);
+    trace::begin();
+    auto hints = [&](int tid, int n) {
+        prefetch_kv_rows<kPage, kHca != 0>(p, tid, n);
+        prefetch_q_weights(p, tid, n);
+    };
+    const bool hinted = phase_projections<kH, kHca != 0>(p, p1maps, smem, hints);
+    trace::mark0(trace::kP1Done);
+    // The wq_b L2 hints after phase 1 (before barrier 0, or without it after phase 2, so that
+    // the phase-2 rows do not wait behind them).
+    auto late_hints = [&] {
+        if (!kQHints) return;
+        if (!kEarlyPrefetch)
+            prefetch_q_weights(p, (int)threadIdx.x, kThreads);
+        else if (!hinted)
+            hints((int)threadIdx.x, kThreads);
+    };
+    // T <= kQStreamTokens on the stream phase 1: no barrier 0 (phase 2 waits on block counts).
+    const bool no_b0 = kNoBarrier0 && kH <= kP1MaxH && p.T <= kQStreamTokens;
+    if (!no_b0) {
+        late_hints();
+        trace::mark0(trace::kPrefetch);
+        grid_barrier(p.bank + 0);
+    }
+    trace::mark0(trace::kB0);
+    phase_token_rows<kPage, kDraft, kHca != 0>(p, smem, no_b0);
+    trace::mark0(trace::kP2Done);
+    if (no_b0 && kQHintsNoB0) late_hints();
     // T <= kQStreamTokens: phase 3 waits for the qr rows alone (kQrReadyWord), no barrier 1.
     if (p.T > kQStreamTokens) grid_barrier(p.bank + 1);
     phase_q_projection<kDraft, kHca != 0>(p, qmaps, p1maps.q2, smem);
+    trace::mark0(trace::kP3Done);
     grid_barrier(p.bank + 2);
-    if (blockIdx.x == 0 && threadIdx.x == 0) p.bank[kQrReadyWord] = 0u;  // read before barrier 2 only
+    trace::mark0(trace::kB2);
+    if (blockIdx.x == 0 && threadIdx.x < kGateDoneWord - kXReadyWord + 1)  // words 4..8: read
+        p.bank[kXReadyWord + threadIdx.x] = 0u;                          // before barrier 2 only
     // HCA: the ring rows of this launch's tokens, after every compressor of phase 2 has read the
     // ring (barrier 2; with T <= kQStreamTokens there is no barrier 1), by the last CTAs (the
     // ones with the fewest phase-4 items).
@@ -1169,6 +1302,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(
             ring_write<kDraft>(p, u);
     phase_attention<kPage, kHca != 0>(p, smem);
     if (p.reset_barriers) grid_exit_reset(p.bank + kExitWord, p.bank, kExitWord + 1);
+    trace::finish(p.T, kHca);
 }
 
 }  // namespace dsv4

@@ -30,9 +30,11 @@
 namespace mla {
 namespace bstream {
 
-template <int kBN_, int kNT_, int kKS_, int kStages_, int kWR_, int kConsumerWarps_>
+template <int kBN_, int kNT_, int kKS_, int kStages_, int kWR_, int kConsumerWarps_,
+          bool kWEvictFirst_ = false>
 struct Config {
     static constexpr int kBN = kBN_, kNT = kNT_, kKS = kKS_, kStages = kStages_, kWR = kWR_;
+    static constexpr bool kWEvictFirst = kWEvictFirst_;  // W copies: L2 evict_first (sgemm's)
     static constexpr int kConsumerWarps = kConsumerWarps_, kWK = kConsumerWarps / kWR;
     static_assert(kWK * kWR == kConsumerWarps, "warps = row groups x K parts");
     static constexpr int kConsumers = kConsumerWarps * 32;
@@ -96,8 +98,8 @@ __device__ __forceinline__ void produce(const Operands &op, int n0, const Smem<C
         mbarrier_arrive_expect_tx(sm.full(s), Cfg::kWBytes + Cfg::kABytes);
         const int k = op.k0_bytes + f * Cfg::kKS;
         for (int at = 0; at < Cfg::kAtoms; ++at) {
-            sgemm::tma_2d(sgemm::smem_u32(sm.w(s) + at * Cfg::kWBox), op.w, k + 128 * at, n0,
-                          sm.full(s));
+            sgemm::tma_2d_w<Cfg::kWEvictFirst>(sgemm::smem_u32(sm.w(s) + at * Cfg::kWBox), op.w,
+                                               k + 128 * at, n0, sm.full(s));
             sgemm::tma_2d(sgemm::smem_u32(sm.x(s) + at * Cfg::kABox), op.x, k + 128 * at, 0,
                           sm.full(s));
         }

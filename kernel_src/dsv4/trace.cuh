@@ -1,0 +1,115 @@
+// Phase trace of the DSV4 attention kernel (a timing diagnostic, compiled out by default).
+//
+// With MLA_DSV4_TRACE 1 (edit this line in a copy of kernel_src/ and point MLAJIT_KERNEL_DIR at
+// it; the library's embedded sources keep 0) thread 0 of every CTA records %globaltimer at the
+// kernel's events into a per-module table, and the last CTA to leave prints one line for
+// launches 3..6 of each token count T (T <= 64, then one shared counter), on stdout:
+//   PROF T=.. hca=.. | cta0: event durations since the previous event of CTA 0 |
+//   max: the latest CTA's time of each event since the earliest CTA's start (µs)
+// An event a CTA does not reach (no items) is left out of its max. Nothing else changes: with
+// 0 every call below is empty and the kernel's code is the untraced one.
+#pragma once
+
+#ifndef MLA_DSV4_TRACE
+#define MLA_DSV4_TRACE 0
+#endif
+
+namespace mla {
+namespace dsv4 {
+namespace trace {
+
+enum Event {
+    kStart, kXQuant, kP1Ready, kP1Epi, kP1Done, kPrefetch, kB0, kP2Done, kP3Ready, kP3Epi,
+    kP3Done, kB2, kP4Q, kP4Kv, kP4Tile, kP4First, kP4Done, kEnd, kEvents
+};
+
+#if MLA_DSV4_TRACE
+constexpr int kMaxCtas = 256;
+__device__ unsigned long long g_t[kMaxCtas][kEvents];
+__device__ unsigned g_exit;
+__device__ unsigned g_count[66];
+__shared__ unsigned s_seen;                     // events recorded by mark_first (thread 0 only)
+
+__device__ __forceinline__ unsigned long long now() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// mark: the event's time (the caller picks one thread); mark_first (thread 0 only): the first
+// record of the launch wins (events inside loops: the first phase-1 / 3 / 4 item); mark0: thread 0.
+__device__ __forceinline__ void begin() {
+    if (threadIdx.x == 0 && blockIdx.x < kMaxCtas)
+        for (int e = 0; e < kEvents; ++e) g_t[blockIdx.x][e] = 0ull;
+    if (threadIdx.x == 0 && blockIdx.x < kMaxCtas) g_t[blockIdx.x][kStart] = now();
+    if (threadIdx.x == 0) s_seen = 0u;
+}
+__device__ __forceinline__ void mark(int e) {
+    if (blockIdx.x < kMaxCtas) g_t[blockIdx.x][e] = now();
+}
+// Thread 0 only (a shared flag word, so that no global load sits on the traced path).
+__device__ __forceinline__ void mark_first(int e) {
+    if (blockIdx.x < kMaxCtas && !(s_seen & (1u << e))) {
+        s_seen |= 1u << e;
+        g_t[blockIdx.x][e] = now();
+    }
+}
+__device__ __forceinline__ void mark0(int e) {
+    if (threadIdx.x == 0) mark(e);
+}
+
+// Every CTA, once, at its very end (after its last global access).
+__device__ __forceinline__ void finish(int T, int hca) {
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    mark(kEnd);
+    __threadfence();
+    const unsigned n = gridDim.x < kMaxCtas ? gridDim.x : kMaxCtas;
+    if (atomicAdd(&g_exit, 1u) != gridDim.x - 1u) return;
+    g_exit = 0u;
+    __threadfence();
+    const unsigned launch = atomicAdd(&g_count[T <= 64 ? T : 65], 1u);
+    if (launch < 3 || launch > 6) return;
+    static const char *const names[kEvents] = {"start", "xq", "p1rdy", "p1epi", "p1done",
+                                               "pf", "b0", "p2", "p3rdy", "p3epi", "p3done",
+                                               "b2", "p4q", "p4kv", "p4tile", "p4first", "p4done",
+                                               "end"};
+    unsigned long long t0 = ~0ull;
+    for (unsigned c = 0; c < n; ++c) {
+        const unsigned long long s = *(volatile unsigned long long *)&g_t[c][kStart];
+        if (s && s < t0) t0 = s;
+    }
+    printf("PROF T=%d hca=%d launch %u | cta0:", T, hca, launch);
+    unsigned long long prev = g_t[0][kStart];
+    for (int e = 1; e < kEvents; ++e) {
+        const unsigned long long v = *(volatile unsigned long long *)&g_t[0][e];
+        if (!v) continue;
+        printf(" %s %.1f", names[e], (double)(v - prev) * 1e-3);
+        prev = v;
+    }
+    printf(" | max:");
+    for (int e = 0; e < kEvents; ++e) {
+        unsigned long long mx = 0ull, sum = 0ull;
+        unsigned cnt = 0u;
+        for (unsigned c = 0; c < n; ++c) {
+            const unsigned long long v = *(volatile unsigned long long *)&g_t[c][e];
+            if (!v) continue;
+            if (v > mx) mx = v;
+            sum += v - t0, ++cnt;
+        }
+        if (cnt) printf(" %s %.1f/%.1f(%u)", names[e], (double)(mx - t0) * 1e-3,
+                        (double)sum / cnt * 1e-3, cnt);
+    }
+    printf("\n");
+}
+#else
+__device__ __forceinline__ void begin() {}
+__device__ __forceinline__ void mark(int) {}
+__device__ __forceinline__ void mark_first(int) {}
+__device__ __forceinline__ void mark0(int) {}
+__device__ __forceinline__ void finish(int, int) {}
+#endif
+
+}  // namespace trace
+}  // namespace dsv4
+}  // namespace mla
