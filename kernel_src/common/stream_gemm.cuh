@@ -362,11 +362,11 @@ struct Producer {
             mbarrier_arrive_expect_tx(sm.full(s), bytes);
             const int k = op.w_k0 + (f % steps) * Cfg::kKS;
             for (int at = 0; at < Cfg::kAtoms; ++at)
-                tma_2d(smem_u32(sm.w(s) + at * Cfg::kWBox), &op.maps->w, k + 128 * at, n0,
-                       sm.full(s));
+                tma_2d_w<Cfg::kWEvictFirst>(smem_u32(sm.w(s) + at * Cfg::kWBox), &op.maps->w,
+                                            k + 128 * at, n0, sm.full(s));
             // The SfAtom blocks (128 rows x 4 groups, 512 B) of the tile's rows, K-atoms k / 128..
-            tma_2d(smem_u32(sm.wsf(s)), &op.maps->sf, 0, (int)((n0 / 128) * atoms_per_block + k / 128),
-                   sm.full(s));
+            tma_2d_w<Cfg::kWEvictFirst>(smem_u32(sm.wsf(s)), &op.maps->sf, 0,
+                                        (int)((n0 / 128) * atoms_per_block + k / 128), sm.full(s));
         }
     }
     __device__ __forceinline__ void issue_a(int f) const {

@@ -404,6 +404,10 @@ __device__ __forceinline__ void zero_bank(unsigned int *bank, long long words) {
 // (output_proj_stream_kernel, below; MLAJIT_DSV4_OUTPROJ=fused) where the grid fits the SMs. The shared-memory sizes are
 // mirrored in runtime/dsv4_output_proj.c (OP_S_*).
 constexpr int kStreamBnA = 64, kStreamBnB = 32;
+// wo_a / wo_b copies with an L2 evict_first policy: 64 MB read once per call would otherwise
+// push the next layer's attention code and data out of L2 (helper dsv4a measured SWA T1
+// 80.4 -> 66.1 us with it, docs/perf-notes.md).
+constexpr bool kWEvictFirst = true;
 template <int kNT>
 constexpr int stream_stages_a() { return kNT <= 2 ? 5 : 3; }
 template <int kNT>
@@ -412,11 +416,12 @@ template <int kNT>
 constexpr int stream_stages_b() { return kNT == 1 ? 5 : (kNT == 2 ? 4 : 3); }
 template <int kH, int kG, int kNT>
 using StreamCfgA = sgemm::Config<kStreamBnA, kNT, 256, stream_stages_a<kNT>(), kNT >= 4 ? 4 : 1,
-                                 Shape<kH, kG>::kK / 32>;
+                                 Shape<kH, kG>::kK / 32, 8, false, sgemm::kMathAuto,
+                                 kWEvictFirst>;
 template <int kH, int kNT>
 using StreamCfgB = sgemm::Config<kStreamBnB, kNT, stream_ks_b<kNT>(), stream_stages_b<kNT>(),
-                                 kNT <= 2 ? 1 : 2,
-                                 2 * kH / 32>;
+                                 kNT <= 2 ? 1 : 2, 2 * kH / 32, 8, false, sgemm::kMathAuto,
+                                 kWEvictFirst>;
 
 // The quantize work of kernel A's stream GEMM CTAs (their consumer prologue: the producer warp
 // streams wo_a meanwhile). The CTA's kConsumers threads claim items of one unit per consumer
