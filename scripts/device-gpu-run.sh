@@ -19,8 +19,16 @@ el build ok
 pre=""
 for p in ${PRECOMPILE:-}; do pre="$pre --preset $p"; done
 [ -n "$pre" ] && { build-gpu/mlajit precompile $pre --jobs 4 --quiet > $OUT/precompile.log 2>&1 & }
-timeout 330 ctest --test-dir build-gpu -R '_gpu$|test_jit' -j 8 --output-on-failure --timeout 320 > $OUT/ctest.log 2>&1
+# The DSV4 layer test compiles the dsv4-flash kernels (tens of seconds each): its cache is filled
+# first with 8 jobs while the other GPU tests run, then it runs alone with 16 jobs.
+lc=build-gpu/test-cache/test_dsv4_layer_gpu; mkdir -p $lc
+build-gpu/mlajit precompile --preset dsv4-flash --jobs 8 --quiet --cache-dir $lc > $OUT/layer-precompile.log 2>&1 &
+lp=$!
+timeout 330 ctest --test-dir build-gpu -R '_gpu$|test_jit' -E test_dsv4_layer_gpu -j 6 --output-on-failure --timeout 320 > $OUT/ctest.log 2>&1
 el "ctest rc $?"; grep -E "tests passed|tests failed|Passed|Failed|Skipped|Timeout" $OUT/ctest.log | tail -12
+wait $lp; el "layer precompile rc $?"
+MLAJIT_CACHE_DIR=$lc timeout 200 build-gpu/tests/test_dsv4_layer_gpu --jobs 16 > $OUT/layer.log 2>&1
+el "test_dsv4_layer_gpu rc $?"; tail -3 $OUT/layer.log
 wait; [ -n "$pre" ] && el "precompile done: $(tail -1 $OUT/precompile.log)"
 build-gpu/mlajit info > $OUT/bench.txt 2>&1
 for c in ${BENCH_CASES:-}; do
