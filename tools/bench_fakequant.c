@@ -10,7 +10,7 @@
  * of the P-quant numerics, so a caller who keeps the default gets these times). K and V amaxes
  * are 4.0 (the inputs are N(0,1)), P's the default 1.0; prefill Q/K/V amaxes 4.0.
  *
- * Inputs: bf16 N(0,1) values (a pool of FQ_POOL random values tiled over each buffer, so rows
+ * Inputs: bf16 N(0,1) values (a pool of BENCH_POOL random values tiled over each buffer, so rows
  * differ), pages in a random order. CUDA events around each call after the warm-up (the first
  * call compiles), median. Formulas:
  *   decode bytes  = b * L * 576 * 2 + b * h * 576 * 2 + b * h * 512 * 2   (cache rows, q, out)
@@ -36,36 +36,11 @@
 #define FQ_PF_S 8192
 #define FQ_PF_DQK 192
 #define FQ_PF_DV 128
-#define FQ_POOL ((size_t)(1u << 22) + 1) /* random bf16 values uploaded, then tiled */
 #define FQ_SLOW_S 1.0                    /* a prefill call slower than this: 3 timed calls */
 
 typedef mla_status (*fq_call)(mla_runtime *rt, const void *args, CUstream stream);
 
 /* ---- random inputs --------------------------------------------------------------------------- */
-
-
-/* A bf16 N(0,1) value (Box-Muller, rounded to nearest even). */
-static uint16_t fq_normal_bf16(uint64_t *s) { return bench_bf16_bits((float)bench_gauss(s)); }
-
-/* Fills n bf16 values at dst: one pool of random values, uploaded again and again. */
-static int fq_fill_normal(mla_runtime *rt, CUdeviceptr dst, size_t n, uint64_t seed) {
-    size_t pool = n < FQ_POOL ? n : FQ_POOL;
-    uint16_t *h = malloc(pool * 2);
-    int rc = CLI_FAIL;
-    if (!h) {
-        cli_fail("bench", "out of memory");
-        goto done;
-    }
-    for (size_t i = 0; i < pool; i++) h[i] = fq_normal_bf16(&seed);
-    for (size_t at = 0; at < n; at += pool) {
-        size_t m = n - at < pool ? n - at : pool;
-        BENCH_CU(rt, cuMemcpyHtoD(dst + at * 2, h, m * 2));
-    }
-    rc = CLI_OK;
-done:
-    free(h);
-    return rc;
-}
 
 /* Uploads a random permutation of the n_pages physical pages as the [b, n_pages / b] table. */
 static int fq_block_table(mla_runtime *rt, CUdeviceptr dst, int n_pages) {
@@ -219,8 +194,8 @@ static int fq_decode_setup(bench_ctx *ctx, const fq_decode_shape *sh, fq_decode_
     BENCH_CU(rt, cuMemAlloc(&f->p[DOUT], (size_t)B * FQ_H * FQ_RANK * 2));
     BENCH_CU(rt, cuMemAlloc(&f->p[DLSE], (size_t)B * FQ_H * 4));
     BENCH_CU(rt, cuMemcpyHtoD(f->p[DLEN], lens, (size_t)B * 4));
-    if (fq_fill_normal(rt, f->p[DQ], n_q, 0x243F6A8885A308D3ull) != CLI_OK ||
-        fq_fill_normal(rt, f->p[DCACHE], n_c, 0x13198A2E03707344ull) != CLI_OK ||
+    if (bench_fill_normal(rt, f->p[DQ], n_q, 2, 0x243F6A8885A308D3ull) != CLI_OK ||
+        bench_fill_normal(rt, f->p[DCACHE], n_c, 2, 0x13198A2E03707344ull) != CLI_OK ||
         fq_block_table(rt, f->p[DBT], B * pages) != CLI_OK)
         return CLI_FAIL;
     fq_decode_views(rt, sh, f);
@@ -375,9 +350,9 @@ static int fq_prefill_setup(bench_ctx *ctx, fq_prefill_bufs *f) {
     BENCH_CU(rt, cuMemAlloc(&f->p[PV], n_v * 2));
     BENCH_CU(rt, cuMemAlloc(&f->p[PCU], sizeof cu));
     BENCH_CU(rt, cuMemcpyHtoD(f->p[PCU], cu, sizeof cu));
-    if (fq_fill_normal(rt, f->p[PQ], n_qk, 0xA4093822299F31D0ull) != CLI_OK ||
-        fq_fill_normal(rt, f->p[PK], n_qk, 0x082EFA98EC4E6C89ull) != CLI_OK ||
-        fq_fill_normal(rt, f->p[PV], n_v, 0x452821E638D01377ull) != CLI_OK)
+    if (bench_fill_normal(rt, f->p[PQ], n_qk, 2, 0xA4093822299F31D0ull) != CLI_OK ||
+        bench_fill_normal(rt, f->p[PK], n_qk, 2, 0x082EFA98EC4E6C89ull) != CLI_OK ||
+        bench_fill_normal(rt, f->p[PV], n_v, 2, 0x452821E638D01377ull) != CLI_OK)
         return CLI_FAIL;
     fq_prefill_views(rt, f);
     if (mla_prefill_attention_shape(&f->args, &f->sz) != MLA_OK)

@@ -330,14 +330,59 @@ struct Smem {
     }
 };
 
+// The producer warp's copies of flat step f = tile * steps + K-step (stage f % kStages), lane 0
+// issuing them: issue_w the W rows of tile tile_n0(f / steps) and their scales (and the stage's
+// full barrier armed with the whole stage's bytes, `bytes`), issue_a the A rows. Used by produce
+// and Producer.
+template <class Cfg, class TileN>
+__device__ __forceinline__ void issue_w(const Operands &op, const Smem<Cfg> &sm, int lane, int f,
+                                        const TileN &tile_n0, int steps, unsigned bytes,
+                                        long long atoms_per_block) {
+    const int s = f % Cfg::kStages, n0 = tile_n0(f / steps);
+    if (lane == 0) {
+        mbarrier_arrive_expect_tx(sm.full(s), bytes);
+        const int k = op.w_k0 + (f % steps) * Cfg::kKS;
+        for (int at = 0; at < Cfg::kAtoms; ++at)
+            tma_2d_w<Cfg::kWEvictFirst>(smem_u32(sm.w(s) + at * Cfg::kWBox), &op.maps->w,
+                                        k + 128 * at, n0, sm.full(s));
+        // The SfAtom blocks (128 rows x 4 groups, 512 B) of the tile's rows, K-atoms k / 128..
+        tma_2d_w<Cfg::kWEvictFirst>(smem_u32(sm.wsf(s)), &op.maps->sf, 0,
+                                    (int)((n0 / 128) * atoms_per_block + k / 128), sm.full(s));
+    }
+}
+template <class Cfg>
+__device__ __forceinline__ void issue_a(const Operands &op, const Smem<Cfg> &sm, int lane, int f,
+                                        int steps) {
+    const int s = f % Cfg::kStages;
+    if (lane == 0) {
+        const int k = op.a_col0 + (f % steps) * Cfg::kKS;
+        for (int at = 0; at < Cfg::kAtoms; ++at)
+            tma_2d(smem_u32(sm.a(s) + at * Cfg::kABox), &op.maps->a, k + 128 * at, 0, sm.full(s));
+    }
+}
+
+// The producer warp after the W of the first pre steps is issued: ready() (every lane), their A,
+// then every later step's W and A (issue_w(f), issue_a(f)) as the consumers release stages.
+template <class Cfg, class Ready, class IssueW, class IssueA>
+__device__ __forceinline__ void produce_rest(const Smem<Cfg> &sm, int pre, int total, Ready ready,
+                                             const IssueW &issue_w, const IssueA &issue_a) {
+    ready();                                            // every lane (lane 0 issues the copies)
+    __syncwarp();
+    fence_proxy_async_global();
+    for (int f = 0; f < pre; ++f) issue_a(f);
+    for (int f = pre; f < total; ++f) {
+        mbarrier_wait_parity(sm.empty(f % Cfg::kStages), (unsigned)((f / Cfg::kStages - 1) & 1));
+        issue_w(f);
+        issue_a(f);
+    }
+}
+
 // The producer warp's copies of a stream GEMM (its tiles tile_n0(0..count-1), its ring), in
-// order of flat step f = tile * steps + K-step (stage f % kStages): issue_w the W rows and their
-// scales (and the stage's full barrier armed with the whole stage's bytes), issue_a the A rows;
-// lane 0 issues them. In two parts: start() issues the W of the first kStages steps (it depends
-// on nothing), finish(ready) calls ready() (every lane), issues their A, then streams every
-// later step as the consumers release stages. A kernel that streams two GEMMs through two rings
-// may start both before finishing either. (The same copies as produce below, which keeps its own
-// code: written through this struct it changed the attention's sm_90a SASS.)
+// order of flat step f (issue_w, issue_a), in two parts: start() issues the W of the first
+// kStages steps (it depends on nothing), finish(ready) the rest (produce_rest). A kernel that
+// streams two GEMMs through two rings may start both before finishing either. (produce below
+// issues the same copies in one piece, not through this struct: written through it, it changed
+// the attention's sm_90a SASS.)
 template <class Cfg, class TileN>
 struct Producer {
     const Operands &op;
@@ -357,26 +402,10 @@ struct Producer {
         pre = total < Cfg::kStages ? total : Cfg::kStages;
     }
     __device__ __forceinline__ void issue_w(int f) const {
-        const int s = f % Cfg::kStages, n0 = tile_n0(f / steps);
-        if (lane == 0) {
-            mbarrier_arrive_expect_tx(sm.full(s), bytes);
-            const int k = op.w_k0 + (f % steps) * Cfg::kKS;
-            for (int at = 0; at < Cfg::kAtoms; ++at)
-                tma_2d_w<Cfg::kWEvictFirst>(smem_u32(sm.w(s) + at * Cfg::kWBox), &op.maps->w,
-                                            k + 128 * at, n0, sm.full(s));
-            // The SfAtom blocks (128 rows x 4 groups, 512 B) of the tile's rows, K-atoms k / 128..
-            tma_2d_w<Cfg::kWEvictFirst>(smem_u32(sm.wsf(s)), &op.maps->sf, 0,
-                                        (int)((n0 / 128) * atoms_per_block + k / 128), sm.full(s));
-        }
+        sgemm::issue_w<Cfg>(op, sm, lane, f, tile_n0, steps, bytes, atoms_per_block);
     }
     __device__ __forceinline__ void issue_a(int f) const {
-        const int s = f % Cfg::kStages;
-        if (lane == 0) {
-            const int k = op.a_col0 + (f % steps) * Cfg::kKS;
-            for (int at = 0; at < Cfg::kAtoms; ++at)
-                tma_2d(smem_u32(sm.a(s) + at * Cfg::kABox), &op.maps->a, k + 128 * at, 0,
-                       sm.full(s));
-        }
+        sgemm::issue_a<Cfg>(op, sm, lane, f, steps);
     }
     __device__ __forceinline__ void start() const {
         for (int f = 0; f < pre; ++f) issue_w(f);
@@ -394,16 +423,8 @@ struct Producer {
     }
     template <class Ready>
     __device__ __forceinline__ void finish(Ready ready) const {
-        ready();                                        // every lane (lane 0 issues the copies)
-        __syncwarp();
-        fence_proxy_async_global();
-        for (int f = 0; f < pre; ++f) issue_a(f);
-        for (int f = pre; f < total; ++f) {
-            mbarrier_wait_parity(sm.empty(f % Cfg::kStages),
-                                 (unsigned)((f / Cfg::kStages - 1) & 1));
-            issue_w(f);
-            issue_a(f);
-        }
+        produce_rest<Cfg>(
+            sm, pre, total, ready, [this](int f) { issue_w(f); }, [this](int f) { issue_a(f); });
     }
 };
 
@@ -418,38 +439,12 @@ __device__ __forceinline__ void produce(const Operands &op, int count, TileN til
     const unsigned bytes = Cfg::kWBytes + Cfg::kABytes + Cfg::kWSfBytes;
     const long long atoms_per_block = (op.w_kb + 3) / 4;    // SfAtom: K-atoms per 128-row block
     auto issue_w = [&](int f) {
-        const int s = f % Cfg::kStages, n0 = tile_n0(f / steps);
-        if (lane == 0) {
-            mbarrier_arrive_expect_tx(sm.full(s), bytes);
-            const int k = op.w_k0 + (f % steps) * Cfg::kKS;
-            for (int at = 0; at < Cfg::kAtoms; ++at)
-                tma_2d_w<Cfg::kWEvictFirst>(smem_u32(sm.w(s) + at * Cfg::kWBox), &op.maps->w,
-                                            k + 128 * at, n0, sm.full(s));
-            // The SfAtom blocks (128 rows x 4 groups, 512 B) of the tile's rows, K-atoms k / 128..
-            tma_2d_w<Cfg::kWEvictFirst>(smem_u32(sm.wsf(s)), &op.maps->sf, 0,
-                                        (int)((n0 / 128) * atoms_per_block + k / 128), sm.full(s));
-        }
+        sgemm::issue_w<Cfg>(op, sm, lane, f, tile_n0, steps, bytes, atoms_per_block);
     };
-    auto issue_a = [&](int f) {
-        const int s = f % Cfg::kStages;
-        if (lane == 0) {
-            const int k = op.a_col0 + (f % steps) * Cfg::kKS;
-            for (int at = 0; at < Cfg::kAtoms; ++at)
-                tma_2d(smem_u32(sm.a(s) + at * Cfg::kABox), &op.maps->a, k + 128 * at, 0,
-                       sm.full(s));
-        }
-    };
+    auto issue_a = [&](int f) { sgemm::issue_a<Cfg>(op, sm, lane, f, steps); };
     const int pre = total < Cfg::kStages ? total : Cfg::kStages;
     for (int f = 0; f < pre; ++f) issue_w(f);
-    ready();                                            // every lane (lane 0 issues the copies)
-    __syncwarp();
-    fence_proxy_async_global();
-    for (int f = 0; f < pre; ++f) issue_a(f);
-    for (int f = pre; f < total; ++f) {
-        mbarrier_wait_parity(sm.empty(f % Cfg::kStages), (unsigned)((f / Cfg::kStages - 1) & 1));
-        issue_w(f);
-        issue_a(f);
-    }
+    produce_rest<Cfg>(sm, pre, total, ready, issue_w, issue_a);
 }
 
 // 2^(b - 127) for byte `byte` (0..3) of a word of ue8m0 scales: the byte moved to the exponent
@@ -712,6 +707,25 @@ __device__ __forceinline__ void sum_k_warps(float *red, int tid) {
     }
 }
 
+// The consumers' A scale table (threads tid < kConsumers): ready() by thread 0, then rows t < T
+// from global (written by other CTAs or an earlier kernel, after ready()), rows T..kTP-1 zero,
+// between two barriers of the consumers.
+template <class Cfg, class Ready>
+__device__ __forceinline__ void load_a_table(const Operands &op, const Smem<Cfg> &sm, int tid,
+                                             Ready ready) {
+    if (tid == 0) ready();
+    named_barrier_sync(1, Cfg::kConsumers);
+    const int words = op.k_len / 32 / 4;                // k_len / 32 is a multiple of 4
+    for (int i = tid; i < Cfg::kTP * (Cfg::kSfRow / 4); i += Cfg::kConsumers) {
+        const int t = i / (Cfg::kSfRow / 4), wd = i % (Cfg::kSfRow / 4);
+        unsigned v = 0u;
+        if (t < op.T && wd < words)
+            v = __ldcg(reinterpret_cast<const unsigned int *>(op.a_sf + t * op.lda_sf) + wd);
+        reinterpret_cast<unsigned int *>(sm.table())[i] = v;
+    }
+    named_barrier_sync(1, Cfg::kConsumers);
+}
+
 // For a kernel that runs the ring pieces itself (two rings in one CTA): the ring's barriers
 // (thread 0 of the block; a __syncthreads must follow before any use) and their invalidation
 // once every copy has landed and every wait is done (one thread); the 1024-byte aligned base of
@@ -737,25 +751,15 @@ __device__ __forceinline__ unsigned char *ring_base(unsigned char *smem_in) {
 // The consumers' part of run_tiles (threads tid < kConsumers, after the ring's barriers are
 // initialized and the prologue is done): ready(), the A scale table, then every tile's K loop,
 // K-part sum and epilogue(i, n0, D, T), for a kernel that runs the ring pieces itself. run_tiles
-// keeps its own copy of these steps: calling this from it changed the attention's sm_90a SASS.
+// keeps its own copy of the tile loop: calling this from it changed the attention's sm_90a SASS,
+// and so did the loop body as a shared consume_tile (the stream kinds' SASS).
 template <class Cfg, class TileN, class Ready, class Epilogue>
 __device__ __forceinline__ void consume_tiles(const Operands &op, int count, const TileN &tile_n0,
                                               const Smem<Cfg> &sm, const Ready &ready,
                                               const Epilogue &epilogue) {
     const int tid = (int)threadIdx.x;
-    // The A scale table: rows t < T from global (written by other CTAs or an earlier kernel,
-    // after ready()), rows T..kTP-1 zero.
-    if (tid == 0) ready();
-    named_barrier_sync(1, Cfg::kConsumers);
-    const int words = op.k_len / 32 / 4;                // k_len / 32 is a multiple of 4
-    for (int i = tid; i < Cfg::kTP * (Cfg::kSfRow / 4); i += Cfg::kConsumers) {
-        const int t = i / (Cfg::kSfRow / 4), wd = i % (Cfg::kSfRow / 4);
-        unsigned v = 0u;
-        if (t < op.T && wd < words)
-            v = __ldcg(reinterpret_cast<const unsigned int *>(op.a_sf + t * op.lda_sf) + wd);
-        reinterpret_cast<unsigned int *>(sm.table())[i] = v;
-    }
-    named_barrier_sync(1, Cfg::kConsumers);
+    // The A scale table (ready() first).
+    load_a_table<Cfg>(op, sm, tid, ready);
     float *red = reinterpret_cast<float *>(sm.base + Cfg::kRedOffset);
     const int steps = op.k_len / Cfg::kKS;
     const int warp = tid / 32, lane = tid % 32;
@@ -826,19 +830,8 @@ __device__ __forceinline__ void run_tiles(const Operands &op, int count, TileN t
     if (count <= 0) return;
     // The consumers' own work before they need A (the producer streams W meanwhile).
     prologue();
-    // The A scale table: rows t < T from global (written by other CTAs or an earlier kernel,
-    // after ready()), rows T..kTP-1 zero.
-    if (tid == 0) ready();
-    named_barrier_sync(1, Cfg::kConsumers);
-    const int words = op.k_len / 32 / 4;                // k_len / 32 is a multiple of 4
-    for (int i = tid; i < Cfg::kTP * (Cfg::kSfRow / 4); i += Cfg::kConsumers) {
-        const int t = i / (Cfg::kSfRow / 4), wd = i % (Cfg::kSfRow / 4);
-        unsigned v = 0u;
-        if (t < op.T && wd < words)
-            v = __ldcg(reinterpret_cast<const unsigned int *>(op.a_sf + t * op.lda_sf) + wd);
-        reinterpret_cast<unsigned int *>(sm.table())[i] = v;
-    }
-    named_barrier_sync(1, Cfg::kConsumers);
+    // The A scale table (ready() first).
+    load_a_table<Cfg>(op, sm, tid, ready);
     float *red = reinterpret_cast<float *>(smem + Cfg::kRedOffset);
     const int steps = op.k_len / Cfg::kKS;
     const int warp = tid / 32, lane = tid % 32;
