@@ -1278,6 +1278,25 @@ __device__ __forceinline__ bool find_chunk(const DecodeParams &p, const int *rec
     return false;
 }
 
+// Thread 0 publishes the next chunk (have_next: nxt, of request cur_req or the next) in
+// kSmemNext for the last pair of the current one (NextChunk; none: n_tiles -1).
+template <bool kCausal>
+__device__ __forceinline__ void publish_next(const DecodeParams &p, unsigned char *smem, int m,
+                                             int rows, bool have_next, const Chunk &nxt,
+                                             int cur_req) {
+    if (threadIdx.x == 0) {
+        NextChunk *nx = reinterpret_cast<NextChunk *>(smem + kSmemNext);
+        nx->n_tiles = -1, nx->req = 0, nx->t_begin = 0, nx->t_stop = 0, nx->new_req = 0;
+        if (have_next) {
+            const int t_stop = chunk_key_stop<kCausal>(p, m, rows, nxt.len, nxt.t_end);
+            nx->n_tiles = t_stop > nxt.t_begin ? (t_stop - nxt.t_begin + kBlockN - 1) / kBlockN
+                                               : 0;
+            nx->req = nxt.req, nx->t_begin = nxt.t_begin, nx->t_stop = t_stop;
+            nx->new_req = nxt.req != cur_req;
+        }
+    }
+}
+
 }  // namespace sm90
 
 // Same grid, block (256 threads) and schedule walk as decode_kernel; dynamic shared memory
@@ -1316,17 +1335,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(
             else sm90::prefetch_q_l2(p, after, g, m, rows);
             q_pending = true, q_req = cur.req;
         }
-        if (threadIdx.x == 0) {
-            sm90::NextChunk *nx = reinterpret_cast<sm90::NextChunk *>(smem + sm90::kSmemNext);
-            nx->n_tiles = -1, nx->req = 0, nx->t_begin = 0, nx->t_stop = 0, nx->new_req = 0;
-            if (have_next) {
-                const int t_stop = chunk_key_stop<kCausal>(p, m, rows, nxt.len, nxt.t_end);
-                nx->n_tiles = t_stop > nxt.t_begin ? (t_stop - nxt.t_begin + kBlockN - 1) / kBlockN
-                                                   : 0;
-                nx->req = nxt.req, nx->t_begin = nxt.t_begin, nx->t_stop = t_stop;
-                nx->new_req = nxt.req != cur.req;
-            }
-        }
+        sm90::publish_next<kCausal>(p, smem, m, rows, have_next, nxt, cur.req);
         __syncthreads();  // kSmemNext visible
         preloaded = sm90::attend_chunk90<kKV, kPageClass, kCausal>(
             p, tk, smem, q8, q_pending, phase, cur.req, g, m, rows, cur.len, cur.t_begin,
@@ -1378,17 +1387,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_fq_kernel(
             else sm90::prefetch_q_l2(p, after, g, m, rows);
             q_pending = true, q_req = cur.req;
         }
-        if (threadIdx.x == 0) {
-            sm90::NextChunk *nx = reinterpret_cast<sm90::NextChunk *>(smem + sm90::kSmemNext);
-            nx->n_tiles = -1, nx->req = 0, nx->t_begin = 0, nx->t_stop = 0, nx->new_req = 0;
-            if (have_next) {
-                const int t_stop = chunk_key_stop<kCausal>(p, m, rows, nxt.len, nxt.t_end);
-                nx->n_tiles = t_stop > nxt.t_begin ? (t_stop - nxt.t_begin + kBlockN - 1) / kBlockN
-                                                   : 0;
-                nx->req = nxt.req, nx->t_begin = nxt.t_begin, nx->t_stop = t_stop;
-                nx->new_req = nxt.req != cur.req;
-            }
-        }
+        sm90::publish_next<kCausal>(p, smem, m, rows, have_next, nxt, cur.req);
         __syncthreads();  // kSmemNext visible
         preloaded = sm90::attend_chunk90_fq<kKV, kKq, kVq>(
             p, tk, fq, smem, q8, q_pending, phase, cur.req, g, m, rows, cur.len, cur.t_begin,

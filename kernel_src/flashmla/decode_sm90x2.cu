@@ -373,17 +373,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90x2_kernel(
             else sm90::prefetch_q_l2(p, after, g, m, rows);
             q_pending = true, q_req = cur.req;
         }
-        if (threadIdx.x == 0) {
-            sm90::NextChunk *nx = reinterpret_cast<sm90::NextChunk *>(smem + kSmemNext);
-            nx->n_tiles = -1, nx->req = 0, nx->t_begin = 0, nx->t_stop = 0, nx->new_req = 0;
-            if (have_next) {
-                const int t_stop = nxt.t_end;  // non-causal
-                nx->n_tiles = t_stop > nxt.t_begin ? (t_stop - nxt.t_begin + kBlockN - 1) / kBlockN
-                                                   : 0;
-                nx->req = nxt.req, nx->t_begin = nxt.t_begin, nx->t_stop = t_stop;
-                nx->new_req = nxt.req != cur.req;
-            }
-        }
+        sm90::publish_next<false>(p, smem, m, rows, have_next, nxt, cur.req);  // non-causal
         __syncthreads();
         preloaded = sm90x2::attend_chunk_x2<kKV>(p, smem, peer_base, q8, q_pending, phase, ip,
                                                  part, c, cur.req, g, m, rows, cur.len,
