@@ -913,6 +913,67 @@ __device__ __forceinline__ void quantize_v_half(unsigned char *buf, int half, fl
     if constexpr (kMode != kFqNone) codes_visible(wg);
 }
 
+// Pieces of the chunk loop that attend_chunk90, attend_chunk90_fq and decode_sm90x2.cu's
+// attend_chunk_x2 share. The loops themselves stay apart (they differ in their loads and hooks;
+// a shared loop with no-op hooks moved registers), and so does the next pair's row fetch: as a
+// helper with out-parameters it changed the loop's code (checked on the PTX).
+
+// Tiles 0 and 1 of a chunk (warpgroup 0 loads pieces 0-3 of both, warpgroup 1 pieces 4-8;
+// page class 0: K1's piece 8 by warpgroup 0), two: tile 1 exists.
+template <int kPageClass, bool kEvictFirst = true>
+__device__ __forceinline__ void load_first_tiles(const DecodeParams &p, const TmaDesc &tk,
+                                                 unsigned k0, unsigned k1, unsigned bar0,
+                                                 unsigned bar1, RowRef ra, RowRef rb, int g,
+                                                 int wg, int wt, bool two) {
+    if (wg == 0) {
+        load_tile<0, kVPieces, kPageClass, kEvictFirst>(p, tk, k0, bar0, ra, g, wt);
+        if (two) {
+            load_rope<kRope1ByWg0<kPageClass>>(p, k1, rb, g, wt);
+            load_tile<0, kVPieces, kPageClass, kEvictFirst>(p, tk, k1, bar1, rb, g, wt);
+        }
+    } else {
+        load_tile<kVPieces, kPieces, kPageClass, kEvictFirst>(p, tk, k0, bar0, ra, g, wt);
+        if (two)
+            load_tile<kVPieces, kPieces - kRope1ByWg0<kPageClass>, kPageClass, kEvictFirst>(
+                p, tk, k1, bar1, rb, g, wt);
+    }
+}
+
+// S = Q K^T of the tile in buffer kB (K0 / K1, mbarriers bar, phase toggled after the wait;
+// K1 of page class 0 holds piece 8 with pieces 0-3).
+template <bool kF16, int kPageClass, int kB, class Prepare = NoHook>
+__device__ __forceinline__ void qk_buffer(float (&s)[8][4], const unsigned (&q8)[4][4],
+                                          unsigned q, unsigned buf, unsigned bar,
+                                          unsigned &phase, Prepare prepare = {}) {
+    qk_tile<kF16, kPageClass != 1, kB == 1 && kRope1ByWg0<kPageClass>>(s, q8, q, buf, bar, phase,
+                                                                       prepare);
+    phase ^= 1;
+}
+
+// A chunk's last pair: what the chunk walk reads next (the request after the next chunk's,
+// nreq; nt: the next chunk's tiles, -1 for none; the sched record `part`) into L1, so that it
+// does not wait on L2 at the chunk start.
+__device__ __forceinline__ void prefetch_walk(const DecodeParams &p, int nt, int nreq,
+                                              long long part) {
+    if (threadIdx.x == 0 && nt >= 0 && nreq + 1 < p.b) {
+        prefetch_l1(p.seqlens + nreq + 1);
+        prefetch_l1(p.num_splits + nreq + 1);
+        prefetch_l1(p.sched + part * kRecordInts);
+    }
+}
+
+// pre_q: the next request's Q pieces [kLo, kHi) (free once the other warpgroup's last Q K^T is
+// done), committed.
+template <int kLo, int kHi>
+__device__ __forceinline__ void load_next_q(bool pre_q, const DecodeParams &p, unsigned q,
+                                            const volatile NextChunk *nx, int g, int m, int rows,
+                                            int wt) {
+    if (pre_q) {
+        load_q_pieces<kLo, kHi, kWgThreads>(p, q, nx->req, g, m, rows, wt);
+        cp_async_commit();
+    }
+}
+
 // Attention of the CTA's rows over keys [t_begin, t_end) of request req. Q (and Q8 unless
 // q_pending) are in place or on their way; preloaded: the last pair of the previous chunk issued
 // this chunk's first two tiles. Returns whether this chunk's last pair issued the loads of the
@@ -935,33 +996,17 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
     float s[8][4];
     unsigned pa[4][4];
 
-    // Prologue: tiles 0 and 1 (warpgroup 0 loads pieces 0-3 of both, warpgroup 1 pieces 4-8),
-    // issued before the wait for a request's Q so that both loads are in flight together.
-    if (n_tiles > 0 && !preloaded) {
-        const RowRef ra = fetch_row<kPageClass>(p, req, t_begin, t_stop, wt);
-        const RowRef rb = fetch_row<kPageClass>(p, req, t_begin + kBlockN, t_stop, wt);
-        if (wg == 0) {
-            load_tile<0, kVPieces, kPageClass>(p, tk, k0, bar0, ra, g, wt);
-            if (n_tiles > 1) {
-                load_rope<kRope1ByWg0<kPageClass>>(p, k1, rb, g, wt);
-                load_tile<0, kVPieces, kPageClass>(p, tk, k1, bar1, rb, g, wt);
-            }
-        } else {
-            load_tile<kVPieces, kPieces, kPageClass>(p, tk, k0, bar0, ra, g, wt);
-            if (n_tiles > 1)
-                load_tile<kVPieces, kPieces - kRope1ByWg0<kPageClass>, kPageClass>(p, tk, k1, bar1,
-                                                                                  rb, g, wt);
-        }
-    }
+    // Prologue: tiles 0 and 1, issued before the wait for a request's Q so that both loads are
+    // in flight together.
+    if (n_tiles > 0 && !preloaded)
+        load_first_tiles<kPageClass>(p, tk, k0, k1, bar0, bar1,
+                                     fetch_row<kPageClass>(p, req, t_begin, t_stop, wt),
+                                     fetch_row<kPageClass>(p, req, t_begin + kBlockN, t_stop, wt),
+                                     g, wg, wt, n_tiles > 1);
     if (q_pending) wait_q(), q_pending = false;
     if (n_tiles > 0) {
-        if (wg == 0) {
-            qk_tile<kF16, kPageClass != 1>(s, q8, q, k0, bar0, phase[0]);
-            phase[0] ^= 1;
-        } else if (n_tiles > 1) {
-            qk_tile<kF16, kPageClass != 1, kRope1ByWg0<kPageClass>>(s, q8, q, k1, bar1, phase[1]);
-            phase[1] ^= 1;
-        }
+        if (wg == 0) qk_buffer<kF16, kPageClass, 0>(s, q8, q, k0, bar0, phase[0]);
+        else if (n_tiles > 1) qk_buffer<kF16, kPageClass, 1>(s, q8, q, k1, bar1, phase[1]);
     }
 
     bool pre_q = false;  // the last pair loads the next chunk's Q
@@ -981,13 +1026,7 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
             pre_q = nt >= 0 && nx->new_req;
             // this chunk's Q K^T products are done: q8 takes the next request's piece 8
             if (pre_q) load_q8(p, q8, nreq, g, m, rows);
-            // what the chunk walk reads next (the request after the next chunk's) into L1, so
-            // that it does not wait on L2 at the chunk start
-            if (threadIdx.x == 0 && nt >= 0 && nreq + 1 < p.b) {
-                prefetch_l1(p.seqlens + nreq + 1);
-                prefetch_l1(p.num_splits + nreq + 1);
-                prefetch_l1(p.sched + (long long)blockIdx.x * kRecordInts);
-            }
+            prefetch_walk(p, nt, nreq, blockIdx.x);
             load_a = nt > 0, load_b = nt > 1;
             na = fetch_row<kPageClass>(p, max(nreq, 0), nt0, load_a ? nstop : nt0, wt);
             nb = fetch_row<kPageClass>(p, max(nreq, 0), nt0 + kBlockN, load_b ? nstop : nt0, wt);
@@ -1000,10 +1039,7 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
             pair_wg0_pv<kF16>(s, st, o, pa, m_a, f, sm0, smem, k0, r0, wm, lane, it > 0);
             // beta = 2^(m_a - m_b) brings O_L to the pair's final max.
             named_barrier_sync(kBarM1, 2 * kWgThreads);
-            if (pre_q) {  // warpgroup 1's last Q K^T is done (M1): Q pieces 0-3 are free
-                load_q_pieces<0, kVPieces, kWgThreads>(p, q, nx->req, g, m, rows, wt);
-                cp_async_commit();
-            }
+            load_next_q<0, kVPieces>(pre_q, p, q, nx, g, m, rows, wt);  // M1: pieces 0-3 free
             if (load_b)  // K1's piece 8 read by warpgroup 1's Q K^T (M1)
                 load_rope<kRope1ByWg0<kPageClass>>(p, k1, nb, g, wt);
             pair_wg0_beta(st, f, m_a, sm1, r0);
@@ -1015,10 +1051,7 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
             if (has_b) pv_remote<kF16>(o, kBarP1, base + kSmemP1, k1, 0);  // V1_L: K1 pieces 0-3
             if (load_b)  // V1_L consumed (or K1 unused in this pair)
                 load_tile<0, kVPieces, kPageClass>(p, tk, k1, bar1, nb, g, wt);
-            if (next_a) {
-                qk_tile<kF16, kPageClass != 1>(s, q8, q, k0, bar0, phase[0]);
-                phase[0] ^= 1;
-            }
+            if (next_a) qk_buffer<kF16, kPageClass, 0>(s, q8, q, k0, bar0, phase[0]);
         } else {
             float mx[2] = {-inf_f32(), -inf_f32()}, m_a[2], m_b[2], f[2];
             if (has_b) {
@@ -1028,10 +1061,7 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
                 row_max64(s, mx);
             }
             named_barrier_sync(kBarM0, 2 * kWgThreads);
-            if (pre_q) {  // warpgroup 0's last Q K^T is done (M0): Q pieces 4-7 are free
-                load_q_pieces<kVPieces, kPieces - 1, kWgThreads>(p, q, nx->req, g, m, rows, wt);
-                cp_async_commit();
-            }
+            load_next_q<kVPieces, kPieces - 1>(pre_q, p, q, nx, g, m, rows, wt);  // M0: 4-7 free
             pair_wg1_max(st, o, mx, m_a, m_b, f, sm0, sm1, r0, lane);
             float l_b[2] = {0.f, 0.f};
             if (has_b) pair_wg1_p1<kF16>(s, m_b, l_b, pa, smem, wm, lane);
@@ -1044,11 +1074,7 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
             if (load_b)  // V1_R consumed (or K1 unused in this pair)
                 load_tile<kVPieces, kPieces - kRope1ByWg0<kPageClass>, kPageClass>(p, tk, k1, bar1,
                                                                                   nb, g, wt);
-            if (next_b) {
-                qk_tile<kF16, kPageClass != 1, kRope1ByWg0<kPageClass>>(s, q8, q, k1, bar1,
-                                                                        phase[1]);
-                phase[1] ^= 1;
-            }
+            if (next_b) qk_buffer<kF16, kPageClass, 1>(s, q8, q, k1, bar1, phase[1]);
         }
     }
 
@@ -1112,46 +1138,27 @@ __device__ bool attend_chunk90_fq(const DecodeParams &p, const TmaDesc &tk, cons
         quantize_v_half<kF16, kVq>(buf, qwg, fq.v_scale, qwt, qwg);
     };
 
-    // Prologue: tiles 0 and 1 (warpgroup 0 loads pieces 0-3 of both, warpgroup 1 pieces 4-8),
-    // issued before the wait for a request's Q so that both loads are in flight together.
-    const unsigned tk0 = k0, tk1 = k1, tb0 = bar0, tb1 = bar1;  // (for the lambda)
-    auto prologue = [&](RowRef ra, RowRef rb) {
-        if (qwg == 0) {
-            load_tile<0, kVPieces, kPageClass, kLoadFirst>(p, tk, tk0, tb0, ra, g, qwt);
-            if (n_tiles > 1) {
-                load_rope<kRope1ByWg0<kPageClass>>(p, tk1, rb, g, qwt);
-                load_tile<0, kVPieces, kPageClass, kLoadFirst>(p, tk, tk1, tb1, rb, g, qwt);
-            }
-        } else {
-            load_tile<kVPieces, kPieces, kPageClass, kLoadFirst>(p, tk, tk0, tb0, ra, g, qwt);
-            if (n_tiles > 1)
-                load_tile<kVPieces, kPieces - kRope1ByWg0<kPageClass>, kPageClass, kLoadFirst>(
-                    p, tk, tk1, tb1, rb, g, qwt);
-        }
-    };
+    // Prologue: tiles 0 and 1, issued before the wait for a request's Q so that both loads are
+    // in flight together.
     RowRef ra{}, rb{};  // K quantized: the rows of tiles 0 and 1, for their reloads
     if constexpr (kKq == kFqNone) {
         if (n_tiles > 0 && !preloaded)
-            prologue(fetch_row<kPageClass>(p, req, t_begin, t_stop, wt),
-                     fetch_row<kPageClass>(p, req, t_begin + kBlockN, t_stop, wt));
+            load_first_tiles<kPageClass, kLoadFirst>(
+                p, tk, k0, k1, bar0, bar1, fetch_row<kPageClass>(p, req, t_begin, t_stop, wt),
+                fetch_row<kPageClass>(p, req, t_begin + kBlockN, t_stop, wt), g, wg, wt,
+                n_tiles > 1);
     } else if (n_tiles > 0) {  // preloaded or not
         ra = fetch_row<kPageClass>(p, req, t_begin, t_stop, wt);
         rb = fetch_row<kPageClass>(p, req, t_begin + kBlockN, t_stop, wt);
-        if (!preloaded) prologue(ra, rb);
+        if (!preloaded)
+            load_first_tiles<kPageClass, kLoadFirst>(p, tk, k0, k1, bar0, bar1, ra, rb, g, wg, wt,
+                                                     n_tiles > 1);
     }
     RowRef rl = wg == 0 ? ra : rb;  // the rows of the tile whose reload is due
     if (q_pending) wait_q(), q_pending = false;
     if (n_tiles > 0) {
-        if (wg == 0) {
-            qk_tile<kF16, kPageClass != 1>(s, q8, q, k0, bar0, phase[0], k_codes);
-            phase[0] ^= 1;
-            
-        } else if (n_tiles > 1) {
-            qk_tile<kF16, kPageClass != 1, kRope1ByWg0<kPageClass>>(s, q8, q, k1, bar1, phase[1],
-                                                                    k_codes);
-            phase[1] ^= 1;
-            
-        }
+        if (wg == 0) qk_buffer<kF16, kPageClass, 0>(s, q8, q, k0, bar0, phase[0], k_codes);
+        else if (n_tiles > 1) qk_buffer<kF16, kPageClass, 1>(s, q8, q, k1, bar1, phase[1], k_codes);
     }
 
     bool pre_q = false;  // the last pair loads the next chunk's Q
@@ -1171,13 +1178,7 @@ __device__ bool attend_chunk90_fq(const DecodeParams &p, const TmaDesc &tk, cons
             pre_q = nt >= 0 && nx->new_req;
             // this chunk's Q K^T products are done: q8 takes the next request's piece 8
             if (pre_q) load_q8(p, q8, nreq, g, m, rows);
-            // what the chunk walk reads next (the request after the next chunk's) into L1, so
-            // that it does not wait on L2 at the chunk start
-            if (threadIdx.x == 0 && nt >= 0 && nreq + 1 < p.b) {
-                prefetch_l1(p.seqlens + nreq + 1);
-                prefetch_l1(p.num_splits + nreq + 1);
-                prefetch_l1(p.sched + (long long)blockIdx.x * kRecordInts);
-            }
+            prefetch_walk(p, nt, nreq, blockIdx.x);
             load_a = nt > 0, load_b = nt > 1;
             na = fetch_row<kPageClass>(p, max(nreq, 0), nt0, load_a ? nstop : nt0, wt);
             nb = fetch_row<kPageClass>(p, max(nreq, 0), nt0 + kBlockN, load_b ? nstop : nt0, wt);
@@ -1193,10 +1194,7 @@ __device__ bool attend_chunk90_fq(const DecodeParams &p, const TmaDesc &tk, cons
                                [&] { raw_v_back(ta, phase[0] ^ 1); }, [&] { v_codes(smem + kSmemK0); });
             // beta = 2^(m_a - m_b) brings O_L to the pair's final max.
             named_barrier_sync(kBarM1, 2 * kWgThreads);
-            if (pre_q) {  // warpgroup 1's last Q K^T is done (M1): Q pieces 0-3 are free
-                load_q_pieces<0, kVPieces, kWgThreads>(p, q, nx->req, g, m, rows, wt);
-                cp_async_commit();
-            }
+            load_next_q<0, kVPieces>(pre_q, p, q, nx, g, m, rows, wt);  // M1: pieces 0-3 free
             if (load_b)  // K1's piece 8 read by warpgroup 1's Q K^T (M1)
                 load_rope<kRope1ByWg0<kPageClass>>(p, k1, nb, g, wt);
             pair_wg0_beta(st, f, m_a, sm1, r0);
@@ -1210,11 +1208,7 @@ __device__ bool attend_chunk90_fq(const DecodeParams &p, const TmaDesc &tk, cons
                                  [&] { v_codes(smem + kSmemK1); });
             if (load_b)  // V1_L consumed (or K1 unused in this pair)
                 load_tile<0, kVPieces, kPageClass, kLoadFirst>(p, tk, k1, bar1, nb, g, wt);
-            if (next_a) {
-                qk_tile<kF16, kPageClass != 1>(s, q8, q, k0, bar0, phase[0], k_codes);
-                phase[0] ^= 1;
-                
-            }
+            if (next_a) qk_buffer<kF16, kPageClass, 0>(s, q8, q, k0, bar0, phase[0], k_codes);
         } else {
             float mx[2] = {-inf_f32(), -inf_f32()}, m_a[2], m_b[2], f[2];
             if (has_b) {
@@ -1224,10 +1218,7 @@ __device__ bool attend_chunk90_fq(const DecodeParams &p, const TmaDesc &tk, cons
                 row_max64(s, mx);
             }
             named_barrier_sync(kBarM0, 2 * kWgThreads);
-            if (pre_q) {  // warpgroup 0's last Q K^T is done (M0): Q pieces 4-7 are free
-                load_q_pieces<kVPieces, kPieces - 1, kWgThreads>(p, q, nx->req, g, m, rows, wt);
-                cp_async_commit();
-            }
+            load_next_q<kVPieces, kPieces - 1>(pre_q, p, q, nx, g, m, rows, wt);  // M0: 4-7 free
             pair_wg1_max(st, o, mx, m_a, m_b, f, sm0, sm1, r0, lane);
             float l_b[2] = {0.f, 0.f};
             if (has_b)
@@ -1245,12 +1236,7 @@ __device__ bool attend_chunk90_fq(const DecodeParams &p, const TmaDesc &tk, cons
             if (load_b)  // V1_R consumed (or K1 unused in this pair)
                 load_tile<kVPieces, kPieces - kRope1ByWg0<kPageClass>, kPageClass, kLoadFirst>(
                     p, tk, k1, bar1, nb, g, wt);
-            if (next_b) {
-                qk_tile<kF16, kPageClass != 1, kRope1ByWg0<kPageClass>>(s, q8, q, k1, bar1,
-                                                                        phase[1], k_codes);
-                phase[1] ^= 1;
-                
-            }
+            if (next_b) qk_buffer<kF16, kPageClass, 1>(s, q8, q, k1, bar1, phase[1], k_codes);
         }
     }
 
@@ -1292,6 +1278,25 @@ __device__ __forceinline__ bool find_chunk(const DecodeParams &p, const int *rec
     return false;
 }
 
+// Thread 0 publishes the next chunk (have_next: nxt, of request cur_req or the next) in
+// kSmemNext for the last pair of the current one (NextChunk; none: n_tiles -1).
+template <bool kCausal>
+__device__ __forceinline__ void publish_next(const DecodeParams &p, unsigned char *smem, int m,
+                                             int rows, bool have_next, const Chunk &nxt,
+                                             int cur_req) {
+    if (threadIdx.x == 0) {
+        NextChunk *nx = reinterpret_cast<NextChunk *>(smem + kSmemNext);
+        nx->n_tiles = -1, nx->req = 0, nx->t_begin = 0, nx->t_stop = 0, nx->new_req = 0;
+        if (have_next) {
+            const int t_stop = chunk_key_stop<kCausal>(p, m, rows, nxt.len, nxt.t_end);
+            nx->n_tiles = t_stop > nxt.t_begin ? (t_stop - nxt.t_begin + kBlockN - 1) / kBlockN
+                                               : 0;
+            nx->req = nxt.req, nx->t_begin = nxt.t_begin, nx->t_stop = t_stop;
+            nx->new_req = nxt.req != cur_req;
+        }
+    }
+}
+
 }  // namespace sm90
 
 // Same grid, block (256 threads) and schedule walk as decode_kernel; dynamic shared memory
@@ -1330,17 +1335,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_kernel(
             else sm90::prefetch_q_l2(p, after, g, m, rows);
             q_pending = true, q_req = cur.req;
         }
-        if (threadIdx.x == 0) {
-            sm90::NextChunk *nx = reinterpret_cast<sm90::NextChunk *>(smem + sm90::kSmemNext);
-            nx->n_tiles = -1, nx->req = 0, nx->t_begin = 0, nx->t_stop = 0, nx->new_req = 0;
-            if (have_next) {
-                const int t_stop = chunk_key_stop<kCausal>(p, m, rows, nxt.len, nxt.t_end);
-                nx->n_tiles = t_stop > nxt.t_begin ? (t_stop - nxt.t_begin + kBlockN - 1) / kBlockN
-                                                   : 0;
-                nx->req = nxt.req, nx->t_begin = nxt.t_begin, nx->t_stop = t_stop;
-                nx->new_req = nxt.req != cur.req;
-            }
-        }
+        sm90::publish_next<kCausal>(p, smem, m, rows, have_next, nxt, cur.req);
         __syncthreads();  // kSmemNext visible
         preloaded = sm90::attend_chunk90<kKV, kPageClass, kCausal>(
             p, tk, smem, q8, q_pending, phase, cur.req, g, m, rows, cur.len, cur.t_begin,
@@ -1392,17 +1387,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_fq_kernel(
             else sm90::prefetch_q_l2(p, after, g, m, rows);
             q_pending = true, q_req = cur.req;
         }
-        if (threadIdx.x == 0) {
-            sm90::NextChunk *nx = reinterpret_cast<sm90::NextChunk *>(smem + sm90::kSmemNext);
-            nx->n_tiles = -1, nx->req = 0, nx->t_begin = 0, nx->t_stop = 0, nx->new_req = 0;
-            if (have_next) {
-                const int t_stop = chunk_key_stop<kCausal>(p, m, rows, nxt.len, nxt.t_end);
-                nx->n_tiles = t_stop > nxt.t_begin ? (t_stop - nxt.t_begin + kBlockN - 1) / kBlockN
-                                                   : 0;
-                nx->req = nxt.req, nx->t_begin = nxt.t_begin, nx->t_stop = t_stop;
-                nx->new_req = nxt.req != cur.req;
-            }
-        }
+        sm90::publish_next<kCausal>(p, smem, m, rows, have_next, nxt, cur.req);
         __syncthreads();  // kSmemNext visible
         preloaded = sm90::attend_chunk90_fq<kKV, kKq, kVq>(
             p, tk, fq, smem, q8, q_pending, phase, cur.req, g, m, rows, cur.len, cur.t_begin,

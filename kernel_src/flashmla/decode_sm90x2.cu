@@ -256,11 +256,7 @@ __device__ bool attend_chunk_x2(const DecodeParams &p, unsigned char *smem, unsi
             const int nt = nx->n_tiles, nreq = nx->req, nt0 = nx->t_begin, nstop = nx->t_stop;
             pre_q = nt >= 0 && nx->new_req;
             if (pre_q) load_q8(p, q8, nreq, g, m, rows);
-            if (threadIdx.x == 0 && nt >= 0 && nreq + 1 < p.b) {
-                prefetch_l1(p.seqlens + nreq + 1);
-                prefetch_l1(p.num_splits + nreq + 1);
-                prefetch_l1(p.sched + (long long)part * kRecordInts);
-            }
+            prefetch_walk(p, nt, nreq, part);
             load_a = nt > 0, load_b = nt > 1;
             na = fetch_row_x2(p, max(nreq, 0), nt0, load_a ? nstop : nt0, c, wt);
             nb = fetch_row_x2(p, max(nreq, 0), nt0 + kBlockN, load_b ? nstop : nt0, c, wt);
@@ -274,10 +270,7 @@ __device__ bool attend_chunk_x2(const DecodeParams &p, unsigned char *smem, unsi
                 __syncwarp();
                 if (lane == 0) mbarrier_arrive_cluster(peer_base + kSmemRopeFree);
             }
-            if (pre_q) {
-                load_q_pieces<0, kVPieces, kWgThreads>(p, q, nx->req, g, m, rows, wt);
-                cp_async_commit();
-            }
+            load_next_q<0, kVPieces>(pre_q, p, q, nx, g, m, rows, wt);
             if (load_b)  // K1's piece 8, read by warpgroup 1's Q K^T (M1)
                 issue_share<kPieces - 1, kPieces, false>(p, k1, s1, nb, g, c, wt, ip >> 1);
             pair_wg0_beta(st, f, m_a, sm1, r0);
@@ -303,10 +296,7 @@ __device__ bool attend_chunk_x2(const DecodeParams &p, unsigned char *smem, unsi
                 row_max64(s, mx);
             }
             named_barrier_sync(kBarM0, 2 * kWgThreads);
-            if (pre_q) {
-                load_q_pieces<kVPieces, kPieces - 1, kWgThreads>(p, q, nx->req, g, m, rows, wt);
-                cp_async_commit();
-            }
+            load_next_q<kVPieces, kPieces - 1>(pre_q, p, q, nx, g, m, rows, wt);
             pair_wg1_max(st, o, mx, m_a, m_b, f, sm0, sm1, r0, lane);
             float l_b[2] = {0.f, 0.f};
             if (has_b) pair_wg1_p1<kF16>(s, m_b, l_b, pa, smem, wm, lane);
@@ -383,17 +373,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90x2_kernel(
             else sm90::prefetch_q_l2(p, after, g, m, rows);
             q_pending = true, q_req = cur.req;
         }
-        if (threadIdx.x == 0) {
-            sm90::NextChunk *nx = reinterpret_cast<sm90::NextChunk *>(smem + kSmemNext);
-            nx->n_tiles = -1, nx->req = 0, nx->t_begin = 0, nx->t_stop = 0, nx->new_req = 0;
-            if (have_next) {
-                const int t_stop = nxt.t_end;  // non-causal
-                nx->n_tiles = t_stop > nxt.t_begin ? (t_stop - nxt.t_begin + kBlockN - 1) / kBlockN
-                                                   : 0;
-                nx->req = nxt.req, nx->t_begin = nxt.t_begin, nx->t_stop = t_stop;
-                nx->new_req = nxt.req != cur.req;
-            }
-        }
+        sm90::publish_next<false>(p, smem, m, rows, have_next, nxt, cur.req);  // non-causal
         __syncthreads();
         preloaded = sm90x2::attend_chunk_x2<kKV>(p, smem, peer_base, q8, q_pending, phase, ip,
                                                  part, c, cur.req, g, m, rows, cur.len,
