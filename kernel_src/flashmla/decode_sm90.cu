@@ -349,6 +349,27 @@ __device__ __forceinline__ void load_tile(const DecodeParams &p, const TmaDesc &
 template <int kPageClass>
 constexpr bool kRope1ByWg0 = kPageClass == 0;
 
+// Page class 0: an L2 prefetch (cp.async.bulk.prefetch.L2) of bytes [kL2PfLo, kL2PfHi) of the
+// rows of tile b + 2, issued by warpgroup 1 once its P1 is out (its block-table entries fetched at
+// the pair's top have arrived by then), about two products before the refill right before its
+// next Q K^T (K1 pieces 4-7, bytes 512-1023, the pair's critical load), so that refill hits L2.
+// The two threads of a row split its bytes. kL2PfHi 0: none.
+template <int kPageClass>
+constexpr int kL2PfLo = 512;
+template <int kPageClass>
+constexpr int kL2PfHi = kPageClass == 0 ? 1024 : 0;
+
+template <int kPageClass>
+__device__ __forceinline__ void prefetch_rows_l2(const DecodeParams &p, RowRef r, int g, int wt) {
+    constexpr int kLo = kL2PfLo<kPageClass>, kHi = kL2PfHi<kPageClass>;
+    if constexpr (kHi > kLo) {
+        constexpr int kHalf = (kHi - kLo) / 2;
+        static_assert(kHalf % 16 == 0, "bulk prefetch sizes are multiples of 16 bytes");
+        const unsigned char *src = row_src(p, g, r);
+        if (src != nullptr) prefetch_l2_bulk(src + kLo + (wt & 1) * kHalf, kHalf);
+    }
+}
+
 template <bool kOn>
 __device__ __forceinline__ void load_rope(const DecodeParams &p, unsigned buf, RowRef r, int g,
                                           int wt) {
@@ -1065,6 +1086,7 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
             pair_wg1_max(st, o, mx, m_a, m_b, f, sm0, sm1, r0, lane);
             float l_b[2] = {0.f, 0.f};
             if (has_b) pair_wg1_p1<kF16>(s, m_b, l_b, pa, smem, wm, lane);
+            if (load_b) prefetch_rows_l2<kPageClass>(p, nb, g, wt);  // page class 0: K1 4-7 to L2
             pv_remote<kF16>(o, kBarP0, base + kSmemP0, k0, 1);  // V0_R: K0 pieces 4-7
             if (next_a) named_barrier_arrive(kBarP0Free, 2 * kWgThreads);
             if (load_a)  // V0_R read
