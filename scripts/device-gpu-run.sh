@@ -7,9 +7,7 @@
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/mlajit-out}; mkdir -p "$OUT"
-deps=$PWD/.deps/usr
-export CMAKE_PREFIX_PATH=$deps PKG_CONFIG_PATH=$deps/lib/x86_64-linux-gnu/pkgconfig
-export LD_LIBRARY_PATH=$deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+. scripts/device-env.sh
 export BUILD_DIR=build-gpu
 t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw,temperature.gpu --format=csv > $OUT/gpu.txt 2>&1

@@ -9,9 +9,7 @@ cd "$(dirname "$0")/.."
 what=${1:-all}; shift || true
 out=${OUT:-/tmp/mlajit-out}
 mkdir -p "$out"
-deps=$PWD/.deps/usr
-export CMAKE_PREFIX_PATH=$deps PKG_CONFIG_PATH=$deps/lib/x86_64-linux-gnu/pkgconfig
-export LD_LIBRARY_PATH=$deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+. scripts/device-env.sh
 export BUILD_DIR=build-gpu
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw,temperature.gpu \
   --format=csv > "$out/gpu.txt" 2>&1

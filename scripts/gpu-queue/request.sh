@@ -8,6 +8,8 @@
 # The snapshot is every tracked and untracked-not-ignored file of the worktree (a precompiled
 # kernel cache may travel this way: keep it small). The lead runs the queue; the results land in
 # $GPUQ_RESULTS/NAME/SEQ/ (default /work/wt/results) with a DONE file when they are there.
+# A helper has one slot: queuing again before the results are back replaces the pending
+# request (same SEQ).
 set -euo pipefail
 name=$1; secs=$2; cmd=$3
 main=${GPUQ_MAIN:-/work/main}; results=${GPUQ_RESULTS:-/work/wt/results}

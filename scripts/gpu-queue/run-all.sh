@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # Device side (lead): builds every queued snapshot under .gpu/ in parallel, then runs their
 # commands one after another (one GPU), each under min(its SECONDS, CAP) seconds; each request's
-# output folder goes back as $OUT/NAME.tgz. Usage on the device: CAP=60 bash .gpu/run-all.sh
+# output folder goes back as $OUT/NAME.tgz. Usage on the device (repository root,
+# .deps and .gpu carried): CAP=60 bash scripts/gpu-queue/run-all.sh
 set -u
 root=$PWD; OUT=${OUT:-/tmp/gpuq-out}; CAP=${CAP:-60}; work=/tmp/gpuq; mkdir -p "$OUT" "$work"
-deps=$root/.deps/usr
-export CMAKE_PREFIX_PATH=$deps PKG_CONFIG_PATH=$deps/lib/x86_64-linux-gnu/pkgconfig
-export LD_LIBRARY_PATH=$deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+. "$root/scripts/device-env.sh" "$root"
 t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw,temperature.gpu --format=csv > "$OUT/gpu.txt" 2>&1
 names=()
