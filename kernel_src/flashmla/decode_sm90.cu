@@ -777,13 +777,26 @@ __device__ __forceinline__ fakequant::Nvfp4Scale fq_nvfp4_scale(float bamax, flo
     sc.rsb = __frcp_rn(sc.sb);
     return sc;
 }
-// nvfp4_code: nvfp4_code_fast, which also gives nvfp4_code's 0 where sb == 0 (then 1 / sb is
-// inf, the quotient inf or NaN, e2m1_mag_fast 6 for both, times sc = 0), with x's sign bit.
+// quant.cuh's e2m1_mag (exact RNE on {0, .5, 1, 1.5, 2, 3, 4, 6}, saturating at 6, NaN 6) for
+// every q >= +0 and NaN, in 7 instructions: the grid's quantum is 0.5 below 2, 1 on [2, 4), 2 from
+// 4 on, so q + M - M with M = 1.5 * 2^22 / 2^23 / 2^24 (picked by q's exponent, clamped to
+// [127, 129]) rounds q to it, half to even (an fp32 sum whose ulp is the quantum), and fminf
+// saturates (inf and NaN give 6). Equal to e2m1_mag for all 2^31 bit patterns >= +0 (checked on
+// the CPU with IEEE fp32, docs/perf-notes.md, helper fqkn).
+__device__ __forceinline__ float fq_e2m1_mag(float q) {
+    const int e = min(max((int)(__float_as_uint(q) >> 23), 127), 129);
+    const float mg = __int_as_float((e << 23) + ((22 << 23) | 0x400000));
+    return fminf(__fadd_rn(__fadd_rn(q, mg), -mg), 6.f);
+}
+// nvfp4_code_fast with x's sign bit, on the corrected quotient q1 only: where q0 = |x| / sb is
+// inf (sb == 0, or an overflowing quotient) q1 is inf or NaN, and fq_e2m1_mag gives 6 for both,
+// as e2m1_mag_fast(q0) did; sb == 0 has sc = 0, so the code is 0 (nvfp4_code's). Equal to the
+// previous select form for every 16-bit bf16 / fp16 x against the block scales of all E4M3 codes
+// at 7 global scales (1.2e8 elements, the same check).
 __device__ __forceinline__ float fq_nvfp4_code(float x, const fakequant::Nvfp4Scale &s) {
     const float a = fabsf(x), q0 = __fmul_rn(a, s.rsb);
     const float q1 = __fmaf_rn(__fmaf_rn(-q0, s.sb, a), s.rsb, q0);
-    const float r =
-        fakequant::e2m1_mag_fast(select(q0 == __int_as_float(0x7f800000), q0, q1)) * s.sc;
+    const float r = fq_e2m1_mag(q1) * s.sc;
     return __uint_as_float(__float_as_uint(r) | (__float_as_uint(x) & 0x80000000u));
 }
 
