@@ -95,8 +95,8 @@ mla_status mla__fakequant_decode_dense_build(const mla__spec *spec, char *name_e
     char text[128];
     MLA_FORWARD_IF_ERROR(decode_text(spec, "unused", &text));
     long long kv = spec->params[0].value, k = spec->params[1].value, v = spec->params[2].value;
-    MLA_ARG_CHECK(spec->params[3].value == 0 && (k || v), "%s: expected k_qdq or v_qdq set and "
-                  "p_qdq 0 (P quantization depends on the spec's tiles), got %lld, %lld, %lld",
+    MLA_ARG_CHECK(spec->params[3].value == 0, "%s: expected p_qdq 0 (P quantization depends on "
+                  "the spec's tiles), got k_qdq %lld, v_qdq %lld, p_qdq %lld",
                   spec->kernel, k, v, spec->params[3].value);
     snprintf(text, sizeof text, "mla::flashmla::decode_sm90_fq_kernel<%lld, %lld, %lld>", kv, k, v);
     return set_launch(spec, name_expr, size, text, MLA__FQ_THREADS, MLA__FQ_DENSE_KV_SMEM, launch);

@@ -518,6 +518,21 @@ static mla_status launch_dense(mla_runtime *rt, const mla_attention_decode_args 
     ws_view(&splits, a->workspace, split_off, i32, 1, split_s);
     ws_view(&fl, a->workspace, pl->head, u8, 1, fl_s);
 
+    mla_flash_with_kvcache_args f;
+    mla_flash_with_kvcache_args_init(&f);
+    f.q = &q4, f.k_cache = &c4, f.block_table = a->block_table, f.cache_seqlens = a->b_seq_len;
+    f.tile_scheduler_metadata = &sched, f.num_splits = &splits;
+    f.softmax_scale = a->softmax_scale, f.causal = 0;
+    f.out = &o4, f.softmax_lse = &l3, f.workspace = &fl;
+    const float ks = mla__fq_scale(a->k_qdq, a->k_qdq_amax), vs = mla__fq_scale(a->v_qdq, a->v_qdq_amax);
+    /* By default the decode (fakequant_decode_dense, unquantized or not) cuts its schedule itself:
+     * no metadata kernel on the chain ($MLAJIT_FAKEQUANT_DENSE_SCHED=metadata: as before). */
+    if (!rt->fakequant_dense_metadata) {
+        mla_status s = mla__flash_with_kvcache_fq(rt, &f, a->k_qdq, a->v_qdq, ks, vs,
+                                                  dense_chunk(rt) / MLA__FLASHMLA_UNIT_KEYS, stream);
+        if (s != MLA_ERR_NOT_SUPPORTED || pl->kv) return s;
+    }
+
     mla_get_metadata_args m;
     mla_get_metadata_args_init(&m);
     m.cache_seqlens = a->b_seq_len;
@@ -528,16 +543,8 @@ static mla_status launch_dense(mla_runtime *rt, const mla_attention_decode_args 
      * launch overlaps that kernel's tail */
     MLA_FORWARD_IF_ERROR(mla__get_metadata(rt, &m, 1, stream));
 
-    mla_flash_with_kvcache_args f;
-    mla_flash_with_kvcache_args_init(&f);
-    f.q = &q4, f.k_cache = &c4, f.block_table = a->block_table, f.cache_seqlens = a->b_seq_len;
-    f.tile_scheduler_metadata = &sched, f.num_splits = &splits;
-    f.softmax_scale = a->softmax_scale, f.causal = 0;
-    f.out = &o4, f.softmax_lse = &l3, f.workspace = &fl;
     if (pl->kv)   /* the same combine (-inf lse of requests without keys) after the K/V kernel */
-        return mla__flash_with_kvcache_fq(rt, &f, a->k_qdq, a->v_qdq,
-                                          mla__fq_scale(a->k_qdq, a->k_qdq_amax),
-                                          mla__fq_scale(a->v_qdq, a->v_qdq_amax), stream);
+        return mla__flash_with_kvcache_fq(rt, &f, a->k_qdq, a->v_qdq, ks, vs, 0, stream);
     /* the combine writes -inf as the lse of requests without keys (FlashMLA's is +inf) */
     return mla__flash_with_kvcache(rt, &f, "fakequant_dense_combine", stream);
 }

@@ -123,8 +123,9 @@ static inline int mla__fq_dense_kv_default(int k_qdq, int v_qdq) {
 /* The mirror of decode_sm90.cu sm90::FqScales (the kernel's third parameter). */
 typedef struct mla__fq_dense_scales {
     float k_scale, v_scale;
+    int chunk_units;   /* > 0: each CTA cuts its own schedule (no metadata kernel) */
 } mla__fq_dense_scales;
-_Static_assert(sizeof(mla__fq_dense_scales) == 8, "mirror of FqScales");
+_Static_assert(sizeof(mla__fq_dense_scales) == 12, "mirror of FqScales");
 static inline int mla__fq_dense_kv_modes(int k_qdq, int v_qdq, int p_qdq, int q_fp32,
                                          int out_same) {
     return (k_qdq || v_qdq) && p_qdq == 0 && !q_fp32 && out_same;

@@ -451,7 +451,7 @@ static mla_status launch_combine(mla_runtime *rt, const mla__flashmla_decode_par
 
 mla_status mla__flash_with_kvcache_fq(mla_runtime *rt, const mla_flash_with_kvcache_args *args,
                                       int k_qdq, int v_qdq, float k_scale, float v_scale,
-                                      CUstream stream) {
+                                      int chunk_units, CUstream stream) {
     static const char *const names[] = {"cache_dtype", "k_qdq", "v_qdq", "p_qdq"};
     MLA_ARG_CHECK(rt != NULL, "runtime: expected a runtime, got NULL");
     MLA_ARG_CHECK(args && !args->indices, "args: expected dense decode arguments");
@@ -478,7 +478,7 @@ mla_status mla__flash_with_kvcache_fq(mla_runtime *rt, const mla_flash_with_kvca
     MLA_FORWARD_IF_ERROR(mla__get_kernel(rt, &spec, &k));
     unsigned m_blocks = (unsigned)((d.rows / d.h_kv + MLA__FLASHMLA_BLOCK_M - 1) /
                                    MLA__FLASHMLA_BLOCK_M);
-    mla__fq_dense_scales fq = {k_scale, v_scale};
+    mla__fq_dense_scales fq = {k_scale, v_scale, chunk_units};
     void *kargs[] = {(void *)&p, (void *)&map, (void *)&fq};
     MLA_FORWARD_IF_ERROR(mla__launch_pdl(rt, k, (unsigned)d.parts, (unsigned)d.h_kv, m_blocks,
                                          stream, kargs));

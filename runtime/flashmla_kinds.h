@@ -125,10 +125,14 @@ _Static_assert(sizeof(mla__flashmla_combine_params) == 88, "mirror of CombinePar
  * fake-quant kind "fakequant_decode_dense" (k_qdq / v_qdq: 1 fp8, 2 nvfp4; scales as
  * mla__fq_scale): K and / or V fake-quantized, P not; then the combine. MLA_ERR_NOT_SUPPORTED
  * (nothing launched) where it does not apply: another arch, causal, a page size not a multiple
- * of 8, or a k_cache the driver's TMA descriptor refuses. runtime/flashmla_decode.c. */
+ * of 8, or a k_cache the driver's TMA descriptor refuses. k_qdq = v_qdq = 0: the unquantized
+ * pair loop on the same kernel. chunk_units > 0: the decode cuts the batch-invariant schedule of
+ * chunks of chunk_units units itself and writes num_splits (no mla_get_metadata before it; the
+ * records in tile_scheduler_metadata are not read); 0: the records of mla_get_metadata.
+ * runtime/flashmla_decode.c. */
 struct mla_flash_with_kvcache_args;
 mla_status mla__flash_with_kvcache_fq(mla_runtime *rt, const struct mla_flash_with_kvcache_args *args,
                                       int k_qdq, int v_qdq, float k_scale, float v_scale,
-                                      CUstream stream);
+                                      int chunk_units, CUstream stream);
 
 #endif /* MLAJIT_FLASHMLA_KINDS_H */

@@ -315,6 +315,7 @@ struct mla_runtime {
                                       mode (by default only for mla__fq_sm90_default's modes) */
     int fakequant_decode_dense;    /* ... was "dense": without quantization the FlashMLA-compatible
                                       dense decode where it applies (MLA__FQ_DENSE_DEFAULT) */
+    int fakequant_dense_metadata;  /* $MLAJIT_FAKEQUANT_DENSE_SCHED was "metadata" at create */
     int fakequant_dense_chunk;     /* $MLAJIT_FAKEQUANT_DENSE_CHUNK at create (4096, 8192, 16384 or
                                       32768: the dense path's chunk keys, for comparisons); 0:
                                       MLA__FQ_DENSE_CHUNK */

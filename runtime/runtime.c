@@ -184,6 +184,8 @@ static void resolve_fakequant_decode(mla_runtime *rt) {
     static const char *const chunks[] = {"4096", "8192", "16384", "32768"};
     const int k = ENV_CHOICE(rt, "MLAJIT_FAKEQUANT_DENSE_CHUNK", chunks);
     rt->fakequant_dense_chunk = k < 0 ? 0 : 4096 << k;
+    static const char *const scheds[] = {"metadata"};
+    rt->fakequant_dense_metadata = ENV_CHOICE(rt, "MLAJIT_FAKEQUANT_DENSE_SCHED", scheds) == 0;
 }
 
 /* $MLAJIT_FLASHMLA_SPARSE_PREFETCH: "1" turns on the L2 prefetch of gathered rows in the sm_90a

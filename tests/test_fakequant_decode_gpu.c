@@ -116,7 +116,8 @@ static int dense_kv_case(const mlt_fq_case *c) {
 static const char *kind_of(const mla_runtime *rt, int which, const mlt_fq_case *c) {
     int sm90 = !strcmp(rt->arch, "sm_90a");
     if ((which == 4 || (which == 0 && MLA__FQ_DENSE_DEFAULT)) && sm90 && dense_case(c))
-        return all_kinds[3];
+        /* the self-scheduled decode on fakequant_decode_dense where its TMA loads apply */
+        return c->page % 8 == 0 && !rt->fakequant_dense_metadata ? all_kinds[4] : all_kinds[3];
     if ((which == 4 || (which == 0 && mla__fq_dense_kv_default(c->k, c->v))) && sm90 &&
         dense_kv_case(c))
         return all_kinds[4];

@@ -736,8 +736,12 @@ __device__ __forceinline__ void store_rows90(const DecodeParams &p, const float 
 
 // The per-tensor scales of the quantized operands (kernel parameter): fp8 amax / 448, NVFP4 the
 // global scale amax / 2688, 1 for None (runtime mla__fq_scale); unused for an unquantized one.
+// chunk_units > 0: the CTA cuts its own schedule from the lengths (self_schedule: the batch-
+// invariant chunks of chunk_units units, mla_attention_decode's dense path), p.sched unused and
+// num_splits written by CTA (0, 0, 0) for the combine; 0: the records of p.sched (metadata.cu).
 struct FqScales {
     float k_scale, v_scale;
+    int chunk_units;
 };
 enum FqMode : int { kFqNone = 0, kFqFp8 = 1, kFqNvfp4 = 2 };
 
@@ -1267,6 +1271,7 @@ __device__ bool attend_chunk90_fq(const DecodeParams &p, const TmaDesc &tk, cons
 struct Chunk {
     int req, len, u1, t_begin, t_end, slot;
     bool direct;
+    int split0;  // find_chunk_self: the first slot of request req
 };
 
 __device__ __forceinline__ bool find_chunk(const DecodeParams &p, const int *rec, int req, int u0,
@@ -1287,6 +1292,132 @@ __device__ __forceinline__ bool find_chunk(const DecodeParams &p, const int *rec
             if (c.direct || (c.slot >= 0 && c.slot < p.split_cap)) return true;
             u0 = u1;
         }
+    }
+    return false;
+}
+
+// ---- The schedule cut by each CTA (decode_sm90_fq_kernel with FqScales::chunk_units > 0) ------
+// metadata.cu's batch-invariant mode, computed by the 256 threads of every CTA from the lengths
+// (capped at max_blocks * page_size, as mla_attention_decode documents), so that no metadata
+// kernel runs before the decode: request i has u_i = units_of(len_i) units in k_i =
+// ceil(u_i / cu) chunks, cost k_i * 5 + u_i on the cost line C (C_i its start, T = C_b); part
+// p = blockIdx.x takes the chunks whose start C_i + j (5 + cu) lies in [p pl, (p + 1) pl), pl =
+// ceil(T / P) (1 when T <= P): the parts of mla_get_metadata's records, and the chunks (hence
+// the numerics) of the request's own length. Slot of chunk j of request i: N_i + j, N the
+// exclusive prefix of the k_i (the host sizes the workspace for every chunk of every capped
+// length, so no fallback is needed). CTA (0, 0, 0) writes num_splits = N for the combine (which
+// waits for the whole grid).
+__device__ __forceinline__ int capped_len(const DecodeParams &p, int req) {
+    const long long cap = (long long)p.max_blocks * p.page_size;
+    return (int)min((long long)max(p.seqlens[req], 0), cap);
+}
+
+// Exclusive prefix sums of (a, b) over the CTA's 256 threads (totals in ta, tb); scratch: 2 x 8
+// long longs of shared memory.
+__device__ __forceinline__ void scan2(long long &a, long long &b, long long &ta, long long &tb,
+                                      long long *scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    long long ia = a, ib = b;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const long long ua = __shfl_up_sync(0xffffffffu, ia, d);
+        const long long ub = __shfl_up_sync(0xffffffffu, ib, d);
+        if (lane >= d) ia += ua, ib += ub;
+    }
+    if (lane == 31) scratch[warp] = ia, scratch[8 + warp] = ib;
+    __syncthreads();
+    long long pa = 0, pb = 0;
+    ta = tb = 0;
+#pragma unroll
+    for (int w = 0; w < kThreads / 32; w++) {
+        if (w < warp) pa += scratch[w], pb += scratch[8 + w];
+        ta += scratch[w], tb += scratch[8 + w];
+    }
+    a = pa + ia - a, b = pb + ib - b;
+}
+
+// The part's record (SchedField layout) into rec and the first slot of its first request into
+// *split0; scratch: 256 bytes of shared memory not otherwise in use yet (sP0).
+__device__ void self_schedule(const DecodeParams &p, int cu, unsigned char *scratch, int (&rec)[8],
+                              int &split0) {
+    static_assert(kThreads == 256, "scan2 sums 8 warps");
+    long long *sc = reinterpret_cast<long long *>(scratch);
+    unsigned long long *keys = reinterpret_cast<unsigned long long *>(scratch + 128);
+    int *begin_n = reinterpret_cast<int *>(scratch + 144);
+    const int b = p.b, per = (b + kThreads - 1) / kThreads;
+    const int i0 = min(b, (int)threadIdx.x * per), i1 = min(b, i0 + per);
+    const long long span = kSplitOverhead + cu;
+    if (threadIdx.x == 0) keys[0] = ~0ull, keys[1] = 0ull;
+    long long c = 0, n = 0, T, N;
+    for (int i = i0; i < i1; i++) {
+        const int u = units_of(capped_len(p, i)), k = (u + cu - 1) / cu;
+        c += (long long)k * kSplitOverhead + u, n += k;
+    }
+    scan2(c, n, T, N, sc);  // its __syncthreads also orders the key initialization
+    const long long pl = T > p.num_parts ? (T + p.num_parts - 1) / p.num_parts : 1;
+    const long long start = (long long)blockIdx.x * pl, end = min(start + pl, T);
+    const bool writer = blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;
+    int *const num_splits = const_cast<int *>(p.num_splits);  // the combine's input
+    // the first and last chunk (request << 32 | chunk) whose start lies in [start, end)
+    unsigned long long lo = ~0ull, hi = 0ull;
+    long long ci = c, ni = n;
+    for (int i = i0; i < i1; i++) {
+        const int u = units_of(capped_len(p, i)), k = (u + cu - 1) / cu;
+        if (writer) num_splits[i] = (int)ni;
+        const long long j0 = start > ci ? (start - ci + span - 1) / span : 0;
+        const long long j1 = end > ci ? min((end - 1 - ci) / span, (long long)k - 1) : -1;
+        if (j0 <= j1) {
+            lo = min(lo, ((unsigned long long)i << 32) | (unsigned long long)j0);
+            hi = max(hi, (((unsigned long long)i << 32) | (unsigned long long)j1) + 1);
+        }
+        ci += (long long)k * kSplitOverhead + u, ni += k;
+    }
+    if (writer && threadIdx.x == 0) num_splits[b] = (int)N;
+    if (lo != ~0ull) atomicMin(&keys[0], lo);
+    if (hi != 0ull) atomicMax(&keys[1], hi);
+    __syncthreads();
+    const unsigned long long klo = keys[0], khi = keys[1] - 1;
+    const int br = (int)(klo >> 32), er = (int)(khi >> 32);
+    // the slot base of the first request, from the thread that holds it
+    if (klo != ~0ull && br >= i0 && br < i1) {
+        long long nb = n;
+        for (int i = i0; i < br; i++) nb += (units_of(capped_len(p, i)) + cu - 1) / cu;
+        *begin_n = (int)nb;
+    }
+    __syncthreads();
+    rec[kBeginReq] = 0, rec[kBeginUnit] = 0, rec[kEndReq] = -1, rec[kEndUnit] = 0;
+    rec[kBeginChunk] = 0, rec[kChunkUnits] = cu, rec[6] = 0, rec[7] = 0;
+    split0 = 0;
+    if (klo != ~0ull) {
+        rec[kBeginReq] = br, rec[kBeginUnit] = (int)(klo & 0xffffffffu) * cu;
+        rec[kEndReq] = er;
+        rec[kEndUnit] = min(((int)(khi & 0xffffffffu) + 1) * cu, units_of(capped_len(p, er)));
+        rec[kBeginChunk] = (int)(klo & 0xffffffffu);
+        split0 = *begin_n;
+    }
+    __syncthreads();  // scratch (sP0) free again
+}
+
+// find_chunk for a self-cut schedule (chunk units cu > 0): the slots from the running slot base
+// split0 of request req (advanced past the requests it walks over) instead of num_splits, the
+// lengths capped as self_schedule counts them.
+__device__ __forceinline__ bool find_chunk_self(const DecodeParams &p, const int (&rec)[8],
+                                                int req, int u0, int split0, int cu, Chunk &c) {
+    const int begin_req = rec[kBeginReq], end_req = min(rec[kEndReq], p.b - 1);
+    for (; req <= end_req; req++, u0 = -1) {
+        const int len = capped_len(p, req), units = units_of(len);
+        const int lo = req == begin_req ? max(rec[kBeginUnit], 0) : 0;
+        const int hi = req == end_req ? rec[kEndUnit] : units;
+        const int n_splits = (units + cu - 1) / cu;
+        for (u0 = max(u0, lo); u0 < hi;) {
+            const int u1 = min(hi, (u0 / cu + 1) * cu);
+            c.req = req, c.len = len, c.u1 = u1, c.slot = split0 + u0 / cu, c.split0 = split0;
+            c.t_begin = u0 * kBlockN, c.t_end = min(u1 * kBlockN, len);
+            c.direct = n_splits == 1;
+            if (c.direct || (c.slot >= 0 && c.slot < p.split_cap)) return true;
+            u0 = u1;
+        }
+        split0 += n_splits;
     }
     return false;
 }
@@ -1367,7 +1498,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_fq_kernel(
     const __grid_constant__ DecodeParams p, const __grid_constant__ sm90::TmaDesc tk,
     const __grid_constant__ sm90::FqScales fq) {
     static_assert(kKV == 0 || kKV == 1, "the sm_90a decode takes 16-bit KV");
-    static_assert(kKq != sm90::kFqNone || kVq != sm90::kFqNone, "a quantized K or V");
+    // kKq = kVq = none: the FlashMLA pair loop (attend_chunk90) itself, for the self-cut schedule
+    constexpr bool kPlain = kKq == sm90::kFqNone && kVq == sm90::kFqNone;
     constexpr int kPageClass = 1;
     constexpr bool kCausal = false;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -1375,12 +1507,24 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_fq_kernel(
     pdl::wait();  // as decode_kernel: the previous kernel is done before anything is read
     pdl::launch_dependents();
     const int part = blockIdx.x, g = blockIdx.y, m = blockIdx.z;
-    const int *rec = p.sched + (long long)part * kRecordInts;
     const int rows = p.s_q * p.heads_per_kv;
     const unsigned base = smem_addr(smem);
     if (threadIdx.x < 6)  // K0, K1 (TMA: one expect_tx arrival each), R0, R1
         mbarrier_init(base + (threadIdx.x < 4 ? sm90::kSmemBar + threadIdx.x * 8
                                               : sm90::kSmemR + (threadIdx.x - 4) * 8), 1);
+    // the part's record: cut here (fq.chunk_units > 0: no metadata kernel) or read from p.sched
+    const int cu = fq.chunk_units;
+    int rec[kRecordInts], split0 = 0;
+    if (cu > 0) {
+        sm90::self_schedule(p, cu, smem + sm90::kSmemP0, rec, split0);
+    } else {
+#pragma unroll
+        for (int f = 0; f < kRecordInts; f++) rec[f] = p.sched[(long long)part * kRecordInts + f];
+    }
+    auto find = [&](int req, int u0, int s0, sm90::Chunk &c) {
+        return cu > 0 ? sm90::find_chunk_self(p, rec, req, u0, s0, cu, c)
+                      : sm90::find_chunk(p, rec, req, u0, c);
+    };
     __syncthreads();
     unsigned phase[2] = {0, 0};  // parity of the next phase of the K0 / K1 mbarriers
     unsigned q8[4][4];           // Q columns 512-575 of q_req (load_q8)
@@ -1388,10 +1532,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_fq_kernel(
     bool preloaded = false;      // the chunk's first tiles (and Q of a new request) are in flight
     int q_req = -1;
     sm90::Chunk cur;
-    bool have = sm90::find_chunk(p, rec, max(rec[kBeginReq], 0), -1, cur);
+    bool have = find(max(rec[kBeginReq], 0), -1, split0, cur);
     while (have) {
         sm90::Chunk nxt;
-        const bool have_next = sm90::find_chunk(p, rec, cur.req, cur.u1, nxt);
+        const bool have_next = find(cur.req, cur.u1, cur.split0, nxt);
         __syncthreads();  // the previous chunk is done with Q, sP1, K0 / K1 and kSmemNext
         if (cur.req != q_req) {
             const int after = have_next && nxt.req != cur.req ? nxt.req : -1;
@@ -1402,9 +1546,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_sm90_fq_kernel(
         }
         sm90::publish_next<kCausal>(p, smem, m, rows, have_next, nxt, cur.req);
         __syncthreads();  // kSmemNext visible
-        preloaded = sm90::attend_chunk90_fq<kKV, kKq, kVq>(
-            p, tk, fq, smem, q8, q_pending, phase, cur.req, g, m, rows, cur.len, cur.t_begin,
-            cur.t_end, cur.direct, cur.slot, preloaded);
+        if constexpr (kPlain)
+            preloaded = sm90::attend_chunk90<kKV, kPageClass, kCausal>(
+                p, tk, smem, q8, q_pending, phase, cur.req, g, m, rows, cur.len, cur.t_begin,
+                cur.t_end, cur.direct, cur.slot, preloaded);
+        else
+            preloaded = sm90::attend_chunk90_fq<kKV, kKq, kVq>(
+                p, tk, fq, smem, q8, q_pending, phase, cur.req, g, m, rows, cur.len, cur.t_begin,
+                cur.t_end, cur.direct, cur.slot, preloaded);
         cur = nxt, have = have_next;
     }
     if (q_pending || preloaded) cp_async_wait<0>();  // no cp.async left in flight at exit
