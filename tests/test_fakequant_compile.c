@@ -27,7 +27,8 @@ typedef struct compile_case {
 #define N_PREFILL 12
 #define N_PER_ARCH (6 + 2 * 54 + 3 + 2 + 2 * N_PREFILL + 6)
 #define N_SM90 60   /* the sm_90a decode, for sm_90a only (its kind's only arch): 54 + 6 with q_fp32 */
-#define N_DENSE_KV 16   /* fakequant_decode_dense (sm_90a only): 2 dtypes x 8 K/V modes */
+#define N_DENSE_KV 18   /* fakequant_decode_dense (sm_90a only): 2 dtypes x 9 K/V modes (none: the
+                          self-scheduled unquantized path) */
 static compile_case cases[2 * N_PER_ARCH + N_PREFILL + N_SM90 + N_DENSE_KV];
 
 static compile_case *add_case(int *n, const char *arch, const char *kernel, int count, int v0,
@@ -105,7 +106,7 @@ static void fill_cases(void) {
             for (int c = 0; c < 2; c++)
                 for (int k = 0; k < 3; k++)
                     for (int v = 0; v < 3; v++)
-                        if (k || v) add_case(&n, archs[a], "fakequant_decode_dense", 4, c, k, v, 0);
+                        add_case(&n, archs[a], "fakequant_decode_dense", 4, c, k, v, 0);
         /* and 8 warps of 16 rows for the same none and 2:4 */
         for (int i = 0; i < 4; i += 3) {
             compile_case *c = add_case(&n, archs[a], "fakequant_prefill_mma", 10, x32[i][0],
@@ -188,7 +189,7 @@ Test(fakequant_compile, builders_refuse_bad_specs) {
         {"fakequant_decode_mma", 4, {0, 0, 3, 0}}, {"fakequant_decode_mma", 3, {0, 0, 0}},
         {"fakequant_decode_sm90", 5, {2, 0, 0, 0, 0}}, {"fakequant_decode_sm90", 5, {0, 0, 0, 3, 0}},
         {"fakequant_decode_sm90", 5, {0, 0, 0, 0, 2}}, {"fakequant_decode_sm90", 4, {0, 0, 0, 0}},
-        {"fakequant_decode_dense", 4, {0, 0, 0, 0}}, {"fakequant_decode_dense", 4, {0, 1, 0, 1}},
+        {"fakequant_decode_dense", 4, {0, 0, 0, 2}}, {"fakequant_decode_dense", 4, {0, 1, 0, 1}},
         {"fakequant_decode_dense", 4, {2, 1, 0, 0}}, {"fakequant_decode_dense", 4, {0, 3, 0, 0}},
         {"fakequant_decode_combine", 1, {3}},
         {"fakequant_prefill", 6, {2, 0, 0, 0, 0, 0}}, {"fakequant_prefill", 6, {0, 3, 0, 0, 0, 0}},
