@@ -292,11 +292,10 @@ static mla_status check_kind(const mla_runtime *rt, const mla_attention_args *a,
 /* End of the last workspace region mla_attention uses for T tokens. */
 static size_t attention_ws_end(const mla__dsv4_ws_layout *l, int T) {
     const size_t tp = T < MLA__DSV4_SPLIT_TOKENS ? (size_t)T : MLA__DSV4_SPLIT_TOKENS;
-    const size_t ts_kv = T < MLA__DSV4_KV_SPLIT_TOKENS ? (size_t)T : MLA__DSV4_KV_SPLIT_TOKENS;
     size_t end = l->qr + (size_t)T * DSV4_QL * 2;
     const size_t ends[] = {l->qa + (size_t)T * DSV4_QL * 2, l->kv + (size_t)T * DSV4_KVL * 2,
                            l->kv_gate + (size_t)T * 2 * DSV4_KVL * 4,
-                           l->part_lse + ts_kv * MLA__DSV4_SPLITS * DSV4_HEADS * 4,
+                           l->part_lse + mla__dsv4_part_slots(T) * DSV4_HEADS * 4,
                            l->part_k + MLA__DSV4_KSLICES * tp * MLA__DSV4_PART_K_COLS * 4};
     for (size_t i = 0; i < sizeof ends / sizeof ends[0]; i++)
         if (ends[i] > end) end = ends[i];
@@ -334,7 +333,7 @@ static mla_status check_launch_ints(const mla_attention_args *a, int T) {
 static CUdeviceptr opt_data(const DLTensor *t) { return t != NULL ? mla__data(t) : 0; }
 
 /* The kernel argument of a checked call. */
-static void fill_params(const mla_attention_args *a, int T, int hca,
+static void fill_params(const mla_runtime *rt, const mla_attention_args *a, int T, int hca,
                         const mla__dsv4_ws_layout *l, attention_params *p) {
     const CUdeviceptr ws = mla__data(a->workspace);
     const int kind = hca ? MLA__DSV4_HCA : MLA__DSV4_SWA;
@@ -352,7 +351,7 @@ static void fill_params(const mla_attention_args *a, int T, int hca,
     p->plan = ws + mla__dsv4_plan_offset(kind), p->bank = ws + mla__dsv4_bank_offset(kind);
     p->qa = ws + l->qa, p->kv = ws + l->kv, p->qr = ws + l->qr, p->kv_gate = ws + l->kv_gate;
     p->part_o = ws + l->part_o, p->part_lse = ws + l->part_lse, p->part_k = ws + l->part_k;
-    p->T = T, p->split = mla__dsv4_split(T), p->reset_barriers = a->reset_barriers;
+    p->T = T, p->split = mla__dsv4_kv_splits(rt, T, hca), p->reset_barriers = a->reset_barriers;
     p->sm_scale = a->sm_scale, p->q_eps = a->q_eps, p->kv_eps = a->kv_eps;
     p->params_bytes = (int)sizeof *p;
 }
@@ -467,7 +466,7 @@ mla_status mla_attention(mla_runtime *runtime, const mla_attention_args *args, C
     mla__dsv4_ws_layout layout;
     MLA_FORWARD_IF_ERROR(check_args(runtime, args, &T, &H, &hca, &layout));
     attention_params p;
-    fill_params(args, T, hca, &layout, &p);
+    fill_params(runtime, args, T, hca, &layout, &p);
     if (hca) fill_hca_params(args, &p);
     mla__spec spec;
     MLA_FORWARD_IF_ERROR(attention_spec(H, args->page_size, args->draft_tokens, hca, &spec));

@@ -338,7 +338,7 @@ static void fill_args(const mla_runtime *rt, const mla_output_proj_args *a, cons
     A->wo_a = mla__data(a->wo_a_weight), A->wo_a_sf = mla__data(a->wo_a_sf);
     A->o_lora = ws + L->o_lora, A->o_lora_q = ws + L->o_lora_q, A->o_lora_sf = ws + L->o_lora_sf;
     A->bank = ws + mla__dsv4_bank_offset(kind), A->part = ws + L->part_op;
-    A->T = sh->T, A->max_pos = sh->max_pos, A->split = mla__dsv4_split(sh->T);
+    A->T = sh->T, A->max_pos = sh->max_pos, A->split = mla__dsv4_kv_splits(rt, (int)sh->T, kind == MLA__DSV4_HCA);
     /* The tiled kernel A's quantize items (the stream kernel A, T <= 16, quantizes the units in
      * its GEMM CTAs and does not read these two). */
     A->units_per_qtile = units_per_item(sh->T, rt->sm_count,

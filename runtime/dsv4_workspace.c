@@ -38,7 +38,6 @@ void mla__dsv4_layout(int max_tokens, long long H, long long G, mla__dsv4_ws_lay
     size_t t = (size_t)max_tokens, h = (size_t)H;
     size_t ts = (t + 127) / 128 * 128;  /* rows of the scale regions */
     size_t tp = t < MLA__DSV4_SPLIT_TOKENS ? t : MLA__DSV4_SPLIT_TOKENS;
-    size_t ts_kv = t < MLA__DSV4_KV_SPLIT_TOKENS ? t : MLA__DSV4_KV_SPLIT_TOKENS;
     size_t c = MLA__DSV4_PLAN_END;
     memset(out, 0, sizeof *out);
     out->max_tokens = max_tokens;
@@ -52,8 +51,8 @@ void mla__dsv4_layout(int max_tokens, long long H, long long G, mla__dsv4_ws_lay
     out->qa = take(&c, t * DSV4_QL * 2);
     out->kv = take(&c, t * DSV4_KVL * 2);
     out->kv_gate = take(&c, t * 2 * DSV4_KVL * 4);
-    out->part_o = take(&c, ts_kv * MLA__DSV4_SPLITS * DSV4_HEADS * DSV4_HEAD_DIM * 4);
-    out->part_lse = take(&c, ts_kv * MLA__DSV4_SPLITS * DSV4_HEADS * 4);
+    out->part_o = take(&c, mla__dsv4_part_slots(max_tokens) * DSV4_HEADS * DSV4_HEAD_DIM * 4);
+    out->part_lse = take(&c, mla__dsv4_part_slots(max_tokens) * DSV4_HEADS * 4);
     out->part_k = take(&c, MLA__DSV4_KSLICES * tp * MLA__DSV4_PART_K_COLS * 4);
     out->act_q = take(&c, t * DSV4_O_COLS);
     out->act_sf = take(&c, ts * DSV4_O_COLS / 32);

@@ -329,6 +329,9 @@ struct mla_runtime {
                                       5 "fused-pfb" (one launch, 6 wo_b steps prefetched),
                                       6 "fused,pdl" (2 and 3), 7 "stream64" (16 < T <= 64
                                       on the stream kernels), 8 "fused,stream64" (2 and 7) */
+    int dsv4_kv_splits;            /* $MLAJIT_DSV4_KV_SPLITS at create: 0 unset (the table of
+                                      mla__dsv4_kv_splits), else 2, 4, 8 or 16 parts per token
+                                      at every T <= 16, both kinds (comparisons) */
     const char *flashmla_sparse_sm90; /* $MLAJIT_FLASHMLA_SPARSE_SM90 at create: "pingpong", "ws",
                                       "x2" or "x2c" (the sm_90a sparse kernels of one structure,
                                       for comparisons), or NULL (the defaults) */
@@ -398,7 +401,8 @@ enum { MLA__DSV4_SWA = 0, MLA__DSV4_HCA = 1 };
 #define MLA__DSV4_PLAN_RUNS_BYTES (MLA_DSV4_MAX_TOKENS * 4 * 4) /* [640, 4] int32 */
 /* End of the fixed part: barrier prefix, SWA plan slot, HCA plan slot. */
 #define MLA__DSV4_PLAN_END (MLA_DSV4_BARRIER_BYTES + 2 * MLA__DSV4_PLAN_SLOT_BYTES)
-#define MLA__DSV4_SPLITS 4          /* KV splits per token of the split-KV partials */
+#define MLA__DSV4_MAX_SPLITS 16     /* most KV parts per token of the split-KV partials */
+#define MLA__DSV4_PART_SLOTS 64     /* token-parts of part_o / part_lse (T * parts, T <= 16) */
 #define MLA__DSV4_SPLIT_TOKENS 64   /* most tokens of a launch with split-K GEMMs (part_k, part_op) */
 #define MLA__DSV4_KV_SPLIT_TOKENS 16 /* most tokens of a launch whose KV is split (part_o, part_lse) */
 /* Split-K of mla_attention's phase 1 (T <= 64): at most this many K slices per output tile, fp32
@@ -438,16 +442,39 @@ mla_status mla__dsv4_check_workspace(const mla_runtime *rt, const DLTensor *ws, 
 /* ---- DSV4 split-KV contract (between mla_attention and mla_output_proj) ------------------ */
 
 /* A launch of T <= MLA__DSV4_KV_SPLIT_TOKENS tokens splits every token's row set (SWA window, then
- * the compressed rows on HCA layers, in that order) into MLA__DSV4_SPLITS contiguous parts of
- * ceil(n / MLA__DSV4_SPLITS) rows; a longer launch splits nothing. A split token's q_or_x row is
- * left as q; part s of token t, head h writes
+ * the compressed rows on HCA layers, in that order) into S = mla__dsv4_kv_splits(rt, T, hca)
+ * contiguous parts of ceil(n / S) rows; a longer launch splits nothing (S = 0). A split token's
+ * q_or_x row is left as q; part s of token t, head h writes
  *   part_o  [t][s][h][512] float32: softmax(part's scores) @ V, normalized within the part
  *                                    (0 for an empty part)
  *   part_lse[t][s][h]      float32: natural-log LSE of the part's scaled scores, no sink
  *                                    (-inf for an empty part)
- * and mla_output_proj combines them (spec §2.4) and applies the sink. Unsplit tokens' O
- * (normalized with the sink) is written to q_or_x as bf16. */
+ * ([T][S] token-parts, T * S <= MLA__DSV4_PART_SLOTS) and mla_output_proj combines them (spec
+ * §2.4) and applies the sink. Unsplit tokens' O (normalized with the sink) is written to q_or_x
+ * as bf16. */
 static inline int mla__dsv4_split(int T) { return T <= MLA__DSV4_KV_SPLIT_TOKENS; }
+/* The parts per token (0: unsplit). Each phase-4 work item is (token, 16 heads, part): the table
+ * keeps T * 4 * S near the SM count (132 on the H200) with parts of about one 64-row tile: SWA
+ * (<= 128 window rows) 2 parts; HCA (128 + c128_attn_len rows, 640 in the bench) 16 parts at
+ * T <= 2, 8 at T <= 4, 4 at T <= 8, 2 at T <= 16. $MLAJIT_DSV4_KV_SPLITS (rt->dsv4_kv_splits)
+ * fixes S instead (comparisons). */
+static inline int mla__dsv4_kv_splits(const mla_runtime *rt, int T, int hca) {
+    if (!mla__dsv4_split(T)) return 0;
+    if (rt != NULL && rt->dsv4_kv_splits > 0) {
+        int s = rt->dsv4_kv_splits;
+        while (T * s > MLA__DSV4_PART_SLOTS) s /= 2;
+        return s;
+    }
+    if (!hca) return 2;
+    return T <= 2 ? 16 : (T <= 4 ? 8 : (T <= 8 ? 4 : 2));
+}
+
+/* Token-parts of the part_o / part_lse regions for launches of up to max_tokens tokens. */
+static inline size_t mla__dsv4_part_slots(int max_tokens) {
+    size_t t = max_tokens < MLA__DSV4_KV_SPLIT_TOKENS ? (size_t)max_tokens : MLA__DSV4_KV_SPLIT_TOKENS;
+    return t * MLA__DSV4_MAX_SPLITS < MLA__DSV4_PART_SLOTS ? t * MLA__DSV4_MAX_SPLITS
+                                                           : MLA__DSV4_PART_SLOTS;
+}
 
 /* ---- DSV4 kernels (runtime/dsv4.c) -------------------------------------------------------- */
 

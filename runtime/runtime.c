@@ -219,6 +219,15 @@ static void resolve_dsv4_outproj(mla_runtime *rt) {
     rt->dsv4_outproj = ENV_CHOICE(rt, "MLAJIT_DSV4_OUTPROJ", values) + 1;
 }
 
+/* $MLAJIT_DSV4_KV_SPLITS: "2", "4", "8" or "16" KV parts per token in every split launch
+ * (T <= 16) of mla_attention, both layer kinds (comparisons; unset: the table of
+ * mla__dsv4_kv_splits; "4" is the fixed split of earlier sessions). */
+static void resolve_dsv4_kv_splits(mla_runtime *rt) {
+    static const char *const values[] = {"2", "4", "8", "16"};
+    const int c = ENV_CHOICE(rt, "MLAJIT_DSV4_KV_SPLITS", values);
+    rt->dsv4_kv_splits = c < 0 ? 0 : 2 << c;
+}
+
 /* Copies the options and resolves what they leave to the environment. */
 static mla_status apply_options(mla_runtime *rt, const mla_options *options) {
     mla_options_init(&rt->options);
@@ -248,6 +257,7 @@ static mla_status apply_options(mla_runtime *rt, const mla_options *options) {
     resolve_flashmla_sparse_prefetch(rt);
     resolve_flashmla_sparse_sm90(rt);
     resolve_dsv4_outproj(rt);
+    resolve_dsv4_kv_splits(rt);
     return MLA_OK;
 }
 

@@ -427,6 +427,7 @@ static void perfect_got(const mlt_dsv4_case *c, const mlt_dsv4_expect *e, mlt_ds
     g->q_or_x = malloc(n * 2), g->out = malloc(nh * 2);
     g->kv_cache = malloc(c->num_pages * c->page_bytes), g->pool = malloc(c->pool_pages * c->pool_page_bytes);
     g->ring = malloc(c->ring_rows * 4096);
+    g->kv_splits = 4;
     g->part_o = calloc((size_t)c->T * 4 * 64 * 512, 4), g->part_lse = malloc((size_t)c->T * 4 * 64 * 4);
     cr_assert(g->q_or_x && g->out && g->kv_cache && g->pool && g->ring && g->part_o && g->part_lse,
               "perfect kernel: out of memory");

@@ -63,7 +63,8 @@
 //              qa / kv / kv_gate blocks done (words 4..8 zeroed by block 0 after barrier 2),
 //              words 64..127 the phase-1 split-K tile / block counters (each back to 0 after
 //              its tile).
-//   part_o     fp32 [T, 4, 64, 512], part_lse fp32 [T, 4, 64] (split launches: T <= 16).
+//   part_o     fp32 [T, S, 64, 512], part_lse fp32 [T, S, 64] (split launches: T <= 16, S =
+//              p.split parts per token, runtime/internal.h's mla__dsv4_kv_splits).
 //   part_k     fp32 [slices, T, 2560] phase-1 split-K partials ([qa | kv | kv_gate] columns).
 #include <cuda_bf16.h>
 
@@ -86,7 +87,6 @@ constexpr int kThreads = 256, kWarps = kThreads / 32;
 constexpr int kQL = 1024, kKVL = 512, kHeads = 64, kHeadDim = 512, kNope = 448;
 constexpr int kQCols = kHeads * kHeadDim;
 constexpr int kRowBytes = 576, kSlotBytes = 8;  // one KV row, one scale slot
-constexpr int kSplits = 4;                      // MLA__DSV4_SPLITS
 constexpr int kBarriers = 3, kExitWord = kBarriers;  // bank words: barriers, exit count
 constexpr int kSmemBudget = 172032;             // DSV4_ATTN_SMEM of runtime/dsv4_attention.c
 
@@ -124,7 +124,7 @@ struct Params {
     const int *c128_page_table;
     long long c128_pt_stride;
     const int *c128_attn_len;
-    int T, split, reset_barriers, c128_page_shift;
+    int T, split, reset_barriers, c128_page_shift;  // split: KV parts per token (0: unsplit)
     float sm_scale, q_eps, kv_eps;
     int params_bytes;
 };
@@ -955,7 +955,7 @@ struct Item {
 };
 
 __device__ __forceinline__ Item item_of(const Params &p, int index, bool has_c128) {
-    const int nsplit = p.split ? kSplits : 1;
+    const int nsplit = p.split ? p.split : 1;
     Item it;
     it.t = index / (attn::kGroups * nsplit);
     const int rem = index % (attn::kGroups * nsplit);
@@ -964,7 +964,7 @@ __device__ __forceinline__ Item item_of(const Params &p, int index, bool has_c12
     it.plan = p.plan[it.t];
     const int rows = it.plan.w > 0 ? it.plan.w : 0;
     const int c128 = has_c128 ? max(p.c128_attn_len[it.t], 0) : 0;
-    const int total = rows + c128, chunk = (total + kSplits - 1) / kSplits;
+    const int total = rows + c128, chunk = (total + nsplit - 1) / nsplit;
     it.begin = p.split ? min(total, it.split * chunk) : 0;
     it.end = p.split ? min(total, it.begin + chunk) : total;
     return it;
@@ -1134,7 +1134,7 @@ __device__ void store_output(const Params &p, const Item &it, const float *sm, c
         const float m = sm[hl], l = sl[hl];
         const int d0 = 64 * warp + (lane % 4) * 2;
         if (p.split) {
-            const long long row = ((long long)it.t * kSplits + it.split) * kHeads + head;
+            const long long row = ((long long)it.t * p.split + it.split) * kHeads + head;
             const float f = l > 0.0f ? 1.0f / l : 0.0f;
 #pragma unroll
             for (int n = 0; n < 8; ++n)
@@ -1202,7 +1202,7 @@ __device__ void attention_item(const Params &p, const Item &it, unsigned char *s
 
 template <int kPage, bool kHca>
 __device__ void phase_attention(const Params &p, unsigned char *smem) {
-    const int items = p.T * attn::kGroups * (p.split ? kSplits : 1);
+    const int items = p.T * attn::kGroups * (p.split ? p.split : 1);
     for (int i = blockIdx.x; i < items; i += gridDim.x) {
         attention_item<kPage, kHca>(p, item_of(p, i, kHca), smem);
         if (threadIdx.x == 0) trace::mark_first(trace::kP4First);
@@ -1217,7 +1217,7 @@ template <int kPage, bool kHca>
 __device__ void prefetch_kv_rows(const Params &p, int tid, int n) {
     if (p.T > kBM) return;
     constexpr int kLines = 7;                   // offsets 0, 128, .., 512, 575 of the row; slot
-    const int items = p.T * attn::kGroups * (p.split ? kSplits : 1);
+    const int items = p.T * attn::kGroups * (p.split ? p.split : 1);
     for (int i = blockIdx.x; i < items; i += gridDim.x) {
         const Item it = item_of(p, i, kHca);
         if (it.hg != 0) continue;

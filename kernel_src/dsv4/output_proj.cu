@@ -52,7 +52,8 @@
 //   q_or_x     bf16 [T, 32768]                  read only (unsplit launches)
 //   positions  int32 [T]; freqs fp32 [max_pos, 64] interleaved (cos, sin); positions are
 //              clamped to [0, max_pos) (the host cannot check device values)
-//   part_o     fp32 [min(T,16), 4, 64, 512], part_lse fp32 [min(T,16), 4, 64] (split launches)
+//   part_o     fp32 [T, S, 64, 512], part_lse fp32 [T, S, 64] (split launches, T <= 16: S = split
+//              parts per token, runtime/internal.h's mla__dsv4_kv_splits)
 //   sink       fp32 [64] or null
 //   act_q      e4m3 [T, 32768]; act_sf ue8m0 [T, 1024]        (group j of row t: act_sf[t*1024+j])
 //   wo_a       e4m3 [2 kH, K]; wo_a_sf SfAtom over [2 kH, K / 32]
@@ -78,7 +79,7 @@ namespace oproj {
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kHeads = 64, kHeadDim = 512, kOCols = kHeads * kHeadDim, kRope0 = 448;
-constexpr int kSplits = 4;
+constexpr int kMaxSplits = 16;                           // MLA__DSV4_MAX_SPLITS
 constexpr int kBM = 64;                                  // tokens per m-tile, both kernels
 constexpr int kUnitsPerMTile = kBM * kHeads;
 // The ticket word is one mla_attention never touches (its words: 0..5, 64..127), so kernel A may
@@ -203,32 +204,27 @@ __device__ __forceinline__ bool split_reduce(gemm::Accum<Cfg> &acc, float *part,
 
 // ---- kernel A, quantize items -----------------------------------------------------------------
 
-// This lane's 16 dims of O[t, h] from the split partials (§2.4 combine, sink of A16).
+// This lane's 16 dims of O[t, h] from the split partials (§2.4 combine, sink of A16): a.split
+// parts per token (<= kMaxSplits); lane s holds part s's LSE and weight, every lane of the warp
+// calls it.
 __device__ __forceinline__ void combine_partials(const ArgsA &a, long long t, int h, int lane,
                                                  float (&v)[16]) {
 #pragma unroll
     for (int i = 0; i < 16; ++i) v[i] = 0.f;
-    float lse[kSplits], m = neg_inf();
-#pragma unroll
-    for (int s = 0; s < kSplits; ++s) {
-        lse[s] = a.part_lse[(t * kSplits + s) * kHeads + h];
-        m = fmaxf(m, lse[s]);
-    }
+    const int S = (int)a.split;
+    const float lse = lane < S ? a.part_lse[(t * S + lane) * kHeads + h] : neg_inf();
+    const float m = group_max<32>(lse);
     if (m == neg_inf()) return;                              // every part empty: O = 0
-    float w[kSplits], sum = 0.f;
-#pragma unroll
-    for (int s = 0; s < kSplits; ++s) {
-        w[s] = lse[s] == neg_inf() ? 0.f : expf(lse[s] - m);
-        sum += w[s];
-    }
+    const float w = lse == neg_inf() ? 0.f : expf(lse - m);
+    const float sum = group_sum<32>(w);
     float norm = 1.f / sum;
     if (a.sink != nullptr) norm /= 1.f + expf(a.sink[h] - (m + logf(sum)));
-#pragma unroll
-    for (int s = 0; s < kSplits; ++s) {
-        if (w[s] == 0.f) continue;                           // empty part: not read
+#pragma unroll 4
+    for (int s = 0; s < S; ++s) {
+        const float ws = __shfl_sync(0xffffffffu, w, s) * norm;
+        if (ws == 0.f) continue;                             // empty part: not read
         const float4 *p = reinterpret_cast<const float4 *>(
-            a.part_o + ((t * kSplits + s) * kHeads + h) * kHeadDim + 16 * lane);
-        const float ws = w[s] * norm;
+            a.part_o + ((t * S + s) * kHeads + h) * kHeadDim + 16 * lane);
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
             const float4 f = p[q];

@@ -576,10 +576,11 @@ CUresult mlt_dsv4_download(mla_runtime *rt, const mlt_dsv4_case *c, const mlt_ds
         r = get(rt, (void **)&g->ring, d->ring, (size_t)(4 * c->ring_rows * 1024));
     if (r == CUDA_SUCCESS && c->k.hca)
         r = get(rt, (void **)&g->pool, d->pool, (size_t)(c->pool_pages * c->pool_page_bytes));
+    g->kv_splits = mla__dsv4_kv_splits(rt, (int)T, c->k.hca);
     if (r != CUDA_SUCCESS || !with_partials || !mla__dsv4_split(c->T)) return r;
     mla__dsv4_ws_layout lay;
     mla__dsv4_layout(c->T, c->H, c->G, &lay); /* the kernels lay out the launch's T tokens */
-    size_t heads = (size_t)T * MLA__DSV4_SPLITS * MLR_DSV4_HEADS;
+    size_t heads = (size_t)T * g->kv_splits * MLR_DSV4_HEADS;
     r = get(rt, (void **)&g->part_o, d->ws_ptr + lay.part_o, heads * MLR_DSV4_D * 4);
     return r != CUDA_SUCCESS ? r : get(rt, (void **)&g->part_lse, d->ws_ptr + lay.part_lse, heads * 4);
 }
@@ -606,8 +607,9 @@ static void got_O(const mlt_dsv4_case *c, const mlt_dsv4_got *g, double *O) {
         bf16_to_double(g->q_or_x, (int64_t)c->T * OC, O);
         return;
     }
-    enum { S = MLA__DSV4_SPLITS, NH = MLR_DSV4_HEADS, D = MLR_DSV4_D };
-    double Os[S * D], lses[S];
+    enum { NH = MLR_DSV4_HEADS, D = MLR_DSV4_D };
+    const int S = g->kv_splits;
+    double Os[MLA__DSV4_MAX_SPLITS * D], lses[MLA__DSV4_MAX_SPLITS];
     for (int t = 0; t < c->T; t++)
         for (int h = 0; h < NH; h++) {
             for (int s = 0; s < S; s++) {

@@ -137,7 +137,8 @@ mla_status mlt_dsv4_plan(mla_runtime *rt, const mlt_dsv4_case *c, const mlt_dsv4
 typedef struct mlt_dsv4_got {
     uint16_t *q_or_x;                /* [T, 32768] */
     uint16_t *out;                   /* [T, H] (with_out) */
-    float *part_o, *part_lse;        /* split tokens' partials (T <= 16) */
+    float *part_o, *part_lse;        /* split tokens' partials (T <= 16): [T][kv_splits][64] */
+    int kv_splits;                   /* KV parts per token (mla__dsv4_kv_splits), 0: unsplit */
     uint8_t *kv_cache, *pool;
     float *ring;
 } mlt_dsv4_got;
