@@ -349,6 +349,26 @@ __device__ __forceinline__ void load_tile(const DecodeParams &p, const TmaDesc &
 template <int kPageClass>
 constexpr bool kRope1ByWg0 = kPageClass == 0;
 
+// Page class 0: L2 prefetches (cp.async.bulk.prefetch.L2) of key rows ahead of their refills, so
+// that the refills hit L2 (kL2PfMode; the block-table entries of the rows are the ones fetched at
+// the pair's top, which have arrived by the time the prefetches are issued):
+//   1: warpgroup 1, once P1 is out: bytes 512-1023 (pieces 4-7) of tile b + 2's rows, about sP0
+//      V0_R + P1 V1_R before the refill right before its next Q K^T (the pair's critical load);
+//   2: as 1 with whole rows, and warpgroup 0 the whole rows of tile a + 2 once P0 V0_L is issued;
+//   3: whole rows of tiles a + 4 (warpgroup 0, after M1) and b + 4 (warpgroup 1, after M0), two
+//      pairs ahead (their entries fetched at the pair's top; none across a chunk's end).
+// The two threads of a row split its bytes. 0: none (page class 1).
+template <int kPageClass>
+constexpr int kL2PfMode = 0;  // off (A/B: a kernel_src copy with M for page class 0)
+
+template <int kLo, int kHi>
+__device__ __forceinline__ void prefetch_rows_l2(const DecodeParams &p, RowRef r, int g, int wt) {
+    constexpr int kHalf = (kHi - kLo) / 2;
+    static_assert(kHalf % 16 == 0, "bulk prefetch sizes are multiples of 16 bytes");
+    const unsigned char *src = row_src(p, g, r);
+    if (src != nullptr) prefetch_l2_bulk(src + kLo + (wt & 1) * kHalf, kHalf);
+}
+
 template <bool kOn>
 __device__ __forceinline__ void load_rope(const DecodeParams &p, unsigned buf, RowRef r, int g,
                                           int wt) {
@@ -476,24 +496,34 @@ __device__ __forceinline__ void pv_remote(float (&o)[32][4], int bar, unsigned p
     reg_fence(o);
 }
 
-// Scales S to base-2 logits and masks keys t0 + col >= limit[row] (col = 8 j + 2 (lane % 4) +
-// e % 2, row e / 2 of the thread's two).
-__device__ __forceinline__ void scale_mask64(float (&s)[8][4], const int (&limit)[2], float scale,
-                                             int t0, int lane) {
+// Masks keys t0 + col >= limit[row] (col = 8 j + 2 (lane % 4) + e % 2, row e / 2 of the
+// thread's two) to -inf and returns the factor that takes S to base-2 logits in the exponent
+// (exp_rows): the scale itself when it is positive (S stays raw: the row max of raw S times a
+// positive scale is the max of the scaled row, and the scaling folds into the exponent's FFMA),
+// else 1 with S scaled here (a zero or negative scale would turn -inf into NaN or max into min).
+// kFold false: always scaled here (the fake-quant kinds keep the rounding of fl(S scale)).
+template <bool kFold = true>
+__device__ __forceinline__ float scale_mask64(float (&s)[8][4], const int (&limit)[2],
+                                              float scale, int t0, int lane) {
+    const bool pre = !kFold || !(scale > 0.f);
+    const float ps = pre ? scale : 1.f;
     if (__all_sync(0xffffffffu, t0 + kBlockN <= limit[0] && t0 + kBlockN <= limit[1])) {
+        if (pre) {
 #pragma unroll
-        for (int j = 0; j < 8; j++)
+            for (int j = 0; j < 8; j++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) s[j][e] *= scale;
-        return;
+                for (int e = 0; e < 4; e++) s[j][e] *= ps;
+        }
+        return pre ? 1.f : scale;
     }
 #pragma unroll
     for (int j = 0; j < 8; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int c = t0 + 8 * j + 2 * (lane & 3) + (e & 1);
-            s[j][e] = c < limit[e >> 1] ? s[j][e] * scale : -inf_f32();
+            s[j][e] = c < limit[e >> 1] ? s[j][e] * ps : -inf_f32();
         }
+    return pre ? 1.f : scale;
 }
 
 // Row maxima of S over the thread's two rows (quad reduction).
@@ -507,13 +537,21 @@ __device__ __forceinline__ void row_max64(const float (&s)[8][4], float (&mx)[2]
     mx[0] = quad_max(mx[0]), mx[1] = quad_max(mx[1]);
 }
 
-// S -> P = 2^(S - mu) in place (mu = the row's max, 0 when -inf); adds the row sums to l.
-__device__ __forceinline__ void exp_rows(float (&s)[8][4], const float (&mu)[2], float (&l)[2]) {
+// row_max64 in base-2 logits: the maxima of raw S times sc (scale_mask64's factor, > 0).
+__device__ __forceinline__ void row_max64(const float (&s)[8][4], float (&mx)[2], float sc) {
+    row_max64(s, mx);
+    mx[0] *= sc, mx[1] *= sc;
+}
+
+// S -> P = 2^(sc S - mu) in place (mu = the row's max in base-2 logits, 0 when -inf; sc the
+// factor of scale_mask64, 1 where S is scaled already); adds the row sums to l.
+__device__ __forceinline__ void exp_rows(float (&s)[8][4], const float (&mu)[2], float (&l)[2],
+                                         float sc = 1.f) {
 #pragma unroll
     for (int j = 0; j < 8; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            s[j][e] = ex2(s[j][e] - mu[e >> 1]);
+            s[j][e] = ex2(fmaf(s[j][e], sc, -mu[e >> 1]));
             l[e >> 1] += s[j][e];
         }
 }
@@ -559,19 +597,19 @@ __device__ __forceinline__ void scale_o(float (&o)[32][4], const float (&f)[2]) 
 // warpgroup 0 holds tile a, warpgroup 1 tile b; m_a is the running max after tile a, m_b after
 // both, f the factor O and l take.
 
-// Warpgroup 0, tile a (S scaled and masked): the running max to m_a (published in sm0, M0), O
-// and l to it, P0 = 2^(S - m_a) to sP0 (after the last pair's readers freed it when p0_busy,
-// P0) and P0 V0_L issued and committed, not waited on.
+// Warpgroup 0, tile a (S masked, sc S its base-2 logits: scale_mask64): the running max to m_a
+// (published in sm0, M0), O and l to it, P0 = 2^(sc S - m_a) to sP0 (after the last pair's
+// readers freed it when p0_busy, P0) and P0 V0_L issued and committed, not waited on.
 // Fake-quant hooks: before_p() runs before P0 is published (K quantized: the raw V back),
 // before_pv() before P0 V0_L is issued (V quantized: V0_L's codes).
 template <bool kF16, class BeforeP = NoHook, class BeforePv = NoHook>
 __device__ __forceinline__ void pair_wg0_pv(float (&s)[8][4], RowState &st, float (&o)[32][4],
                                             unsigned (&pa)[4][4], float (&m_a)[2], float (&f)[2],
                                             float *sm0, unsigned char *smem, unsigned k0, int r0,
-                                            int wm, int lane, bool p0_busy, BeforeP before_p = {},
-                                            BeforePv before_pv = {}) {
+                                            int wm, int lane, bool p0_busy, float sc,
+                                            BeforeP before_p = {}, BeforePv before_pv = {}) {
     float mx[2], mu[2];
-    row_max64(s, mx);
+    row_max64(s, mx, sc);
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         m_a[h] = fmaxf(st.m[h], mx[h]);
@@ -582,7 +620,7 @@ __device__ __forceinline__ void pair_wg0_pv(float (&s)[8][4], RowState &st, floa
     if ((lane & 3) == 0) sm0[r0] = m_a[0], sm0[r0 + 8] = m_a[1];
     named_barrier_arrive(kBarM0, 2 * kWgThreads);
     scale_o(o, f);
-    exp_rows(s, mu, st.l);
+    exp_rows(s, mu, st.l, sc);
     before_p();
     if (p0_busy) named_barrier_sync(kBarP0Free, 2 * kWgThreads);  // the last pair's sP0
     store_p<kF16>(smem + kSmemP0, s, wm, lane);
@@ -627,18 +665,18 @@ __device__ __forceinline__ void pair_wg1_max(RowState &st, float (&o)[32][4], co
     scale_o(o, f);
 }
 
-// Warpgroup 1, tile b: P1 = 2^(S - m_b) (its row sums to l_b) to sP1 for warpgroup 0 (P1), its
+// Warpgroup 1, tile b: P1 = 2^(sc S - m_b) (its row sums to l_b) to sP1 for warpgroup 0 (P1), its
 // A fragments in pa.
 // before_p(): before P1 is published (fake-quant K: the raw V of tile b back).
 template <bool kF16, class BeforeP = NoHook>
 __device__ __forceinline__ void pair_wg1_p1(float (&s)[8][4], const float (&m_b)[2],
                                             float (&l_b)[2], unsigned (&pa)[4][4],
-                                            unsigned char *smem, int wm, int lane,
+                                            unsigned char *smem, int wm, int lane, float sc,
                                             BeforeP before_p = {}) {
     float mu[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) mu[h] = m_b[h] == -inf_f32() ? 0.f : m_b[h];
-    exp_rows(s, mu, l_b);
+    exp_rows(s, mu, l_b, sc);
     before_p();
     store_p<kF16>(smem + kSmemP1, s, wm, lane);
     fence_proxy_async_shared();
@@ -1033,11 +1071,13 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
         const bool next_a = it + 2 < n_tiles, next_b = it + 3 < n_tiles;
         // The next pair's block-table entries, fetched a pair ahead of their loads; in the last
         // pair, those of the next chunk's first two tiles.
-        RowRef na, nb;
+        RowRef na, nb, nf = {-1, 0};  // nf: kL2PfMode 3, the own tile two pairs ahead
         bool load_a = next_a, load_b = next_b;
         if (next_a) {
             na = fetch_row<kPageClass>(p, req, ta + 2 * kBlockN, t_stop, wt);
             nb = fetch_row<kPageClass>(p, req, tb + 2 * kBlockN, t_stop, wt);
+            if constexpr (kL2PfMode<kPageClass> == 3)
+                nf = fetch_row<kPageClass>(p, req, ta + (4 + wg) * kBlockN, t_stop, wt);
         } else {
             const int nt = nx->n_tiles, nreq = nx->req, nt0 = nx->t_begin, nstop = nx->t_stop;
             pre_q = nt >= 0 && nx->new_req;
@@ -1051,14 +1091,16 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
         if (wg == 0) {
             if (kPageClass == 1 && ta + kBlockN > t_stop)
                 zero_tail_rows(smem + kSmemK0, t_stop - ta, 0, wt);
-            scale_mask64(s, limit, p.scale_log2, ta, lane);
+            const float sc = scale_mask64(s, limit, p.scale_log2, ta, lane);
             float m_a[2], f[2];
-            pair_wg0_pv<kF16>(s, st, o, pa, m_a, f, sm0, smem, k0, r0, wm, lane, it > 0);
+            pair_wg0_pv<kF16>(s, st, o, pa, m_a, f, sm0, smem, k0, r0, wm, lane, it > 0, sc);
+            if (kL2PfMode<kPageClass> == 2 && load_a) prefetch_rows_l2<0, kRowBytes>(p, na, g, wt);
             // beta = 2^(m_a - m_b) brings O_L to the pair's final max.
             named_barrier_sync(kBarM1, 2 * kWgThreads);
             load_next_q<0, kVPieces>(pre_q, p, q, nx, g, m, rows, wt);  // M1: pieces 0-3 free
             if (load_b)  // K1's piece 8 read by warpgroup 1's Q K^T (M1)
                 load_rope<kRope1ByWg0<kPageClass>>(p, k1, nb, g, wt);
+            if (kL2PfMode<kPageClass> == 3) prefetch_rows_l2<0, kRowBytes>(p, nf, g, wt);
             pair_wg0_beta(st, f, m_a, sm1, r0);
             wgmma_wait_group<0>();
             reg_fence(o);
@@ -1070,18 +1112,21 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
                 load_tile<0, kVPieces, kPageClass>(p, tk, k1, bar1, nb, g, wt);
             if (next_a) qk_buffer<kF16, kPageClass, 0>(s, q8, q, k0, bar0, phase[0]);
         } else {
-            float mx[2] = {-inf_f32(), -inf_f32()}, m_a[2], m_b[2], f[2];
+            float mx[2] = {-inf_f32(), -inf_f32()}, m_a[2], m_b[2], f[2], sc = 1.f;
             if (has_b) {
                 if (kPageClass == 1 && tb + kBlockN > t_stop)
                     zero_tail_rows(smem + kSmemK1, t_stop - tb, 1, wt);
-                scale_mask64(s, limit, p.scale_log2, tb, lane);
-                row_max64(s, mx);
+                sc = scale_mask64(s, limit, p.scale_log2, tb, lane);
+                row_max64(s, mx, sc);
             }
             named_barrier_sync(kBarM0, 2 * kWgThreads);
             load_next_q<kVPieces, kPieces - 1>(pre_q, p, q, nx, g, m, rows, wt);  // M0: 4-7 free
             pair_wg1_max(st, o, mx, m_a, m_b, f, sm0, sm1, r0, lane);
             float l_b[2] = {0.f, 0.f};
-            if (has_b) pair_wg1_p1<kF16>(s, m_b, l_b, pa, smem, wm, lane);
+            if (has_b) pair_wg1_p1<kF16>(s, m_b, l_b, pa, smem, wm, lane, sc);
+            if (kL2PfMode<kPageClass> == 3) prefetch_rows_l2<0, kRowBytes>(p, nf, g, wt);
+            if (kL2PfMode<kPageClass> == 1 && load_b) prefetch_rows_l2<512, 1024>(p, nb, g, wt);
+            if (kL2PfMode<kPageClass> == 2 && load_b) prefetch_rows_l2<0, kRowBytes>(p, nb, g, wt);
             pv_remote<kF16>(o, kBarP0, base + kSmemP0, k0, 1);  // V0_R: K0 pieces 4-7
             if (next_a) named_barrier_arrive(kBarP0Free, 2 * kWgThreads);
             if (load_a)  // V0_R read
@@ -1205,9 +1250,9 @@ __device__ bool attend_chunk90_fq(const DecodeParams &p, const TmaDesc &tk, cons
         if (wg == 0) {
             if (kPageClass == 1 && kKq == kFqNone && ta + kBlockN > t_stop)
                 zero_tail_rows(smem + kSmemK0, t_stop - ta, 0, wt);
-            scale_mask64(s, limit, p.scale_log2, ta, lane);
+            scale_mask64<false>(s, limit, p.scale_log2, ta, lane);
             float m_a[2], f[2];
-            pair_wg0_pv<kF16P>(s, st, o, pa, m_a, f, sm0, smem, k0, r0, wm, lane, it > 0,
+            pair_wg0_pv<kF16P>(s, st, o, pa, m_a, f, sm0, smem, k0, r0, wm, lane, it > 0, 1.f,
                                [&] { raw_v_back(ta, phase[0] ^ 1); }, [&] { v_codes(smem + kSmemK0); });
             // beta = 2^(m_a - m_b) brings O_L to the pair's final max.
             named_barrier_sync(kBarM1, 2 * kWgThreads);
@@ -1231,7 +1276,7 @@ __device__ bool attend_chunk90_fq(const DecodeParams &p, const TmaDesc &tk, cons
             if (has_b) {
                 if (kPageClass == 1 && kKq == kFqNone && tb + kBlockN > t_stop)
                     zero_tail_rows(smem + kSmemK1, t_stop - tb, 1, wt);
-                scale_mask64(s, limit, p.scale_log2, tb, lane);
+                scale_mask64<false>(s, limit, p.scale_log2, tb, lane);
                 row_max64(s, mx);
             }
             named_barrier_sync(kBarM0, 2 * kWgThreads);
@@ -1239,7 +1284,8 @@ __device__ bool attend_chunk90_fq(const DecodeParams &p, const TmaDesc &tk, cons
             pair_wg1_max(st, o, mx, m_a, m_b, f, sm0, sm1, r0, lane);
             float l_b[2] = {0.f, 0.f};
             if (has_b)
-                pair_wg1_p1<kF16P>(s, m_b, l_b, pa, smem, wm, lane, [&] { raw_v_back(tb, phase[1] ^ 1); });
+                pair_wg1_p1<kF16P>(s, m_b, l_b, pa, smem, wm, lane, 1.f,
+                                   [&] { raw_v_back(tb, phase[1] ^ 1); });
             pv_remote<kF16P>(o, kBarP0, base + kSmemP0, k0, 1,  // V0_R: K0 pieces 4-7
                              [&] { v_codes(smem + kSmemK0); });
             if (next_a) named_barrier_arrive(kBarP0Free, 2 * kWgThreads);

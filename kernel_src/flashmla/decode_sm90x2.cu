@@ -262,9 +262,9 @@ __device__ bool attend_chunk_x2(const DecodeParams &p, unsigned char *smem, unsi
             nb = fetch_row_x2(p, max(nreq, 0), nt0 + kBlockN, load_b ? nstop : nt0, c, wt);
         }
         if (wg == 0) {
-            scale_mask64(s, limit, p.scale_log2, ta, lane);
+            const float sc = scale_mask64(s, limit, p.scale_log2, ta, lane);
             float m_a[2], f[2];
-            pair_wg0_pv<kF16>(s, st, o, pa, m_a, f, sm0, smem, k0, r0, wm, lane, it > 0);
+            pair_wg0_pv<kF16>(s, st, o, pa, m_a, f, sm0, smem, k0, r0, wm, lane, it > 0, sc);
             named_barrier_sync(kBarM1, 2 * kWgThreads);
             if (has_b) {  // warpgroup 1's Q K^T on K1 done (M1): the peer may refill its piece 8
                 __syncwarp();
@@ -290,16 +290,16 @@ __device__ bool attend_chunk_x2(const DecodeParams &p, unsigned char *smem, unsi
                 phase[0] ^= 1;
             }
         } else {
-            float mx[2] = {-inf_f32(), -inf_f32()}, m_a[2], m_b[2], f[2];
+            float mx[2] = {-inf_f32(), -inf_f32()}, m_a[2], m_b[2], f[2], sc = 1.f;
             if (has_b) {
-                scale_mask64(s, limit, p.scale_log2, tb, lane);
-                row_max64(s, mx);
+                sc = scale_mask64(s, limit, p.scale_log2, tb, lane);
+                row_max64(s, mx, sc);
             }
             named_barrier_sync(kBarM0, 2 * kWgThreads);
             load_next_q<kVPieces, kPieces - 1>(pre_q, p, q, nx, g, m, rows, wt);
             pair_wg1_max(st, o, mx, m_a, m_b, f, sm0, sm1, r0, lane);
             float l_b[2] = {0.f, 0.f};
-            if (has_b) pair_wg1_p1<kF16>(s, m_b, l_b, pa, smem, wm, lane);
+            if (has_b) pair_wg1_p1<kF16>(s, m_b, l_b, pa, smem, wm, lane, sc);
             pv_remote<kF16>(o, kBarP0, base + kSmemP0, k0, 1);
             if (next_a) named_barrier_arrive(kBarP0Free, 2 * kWgThreads);
             release_share(s0, lane);  // V0_R read

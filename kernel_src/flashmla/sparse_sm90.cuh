@@ -373,7 +373,7 @@ __device__ __forceinline__ void attend_token(const typename F::Params &p, unsign
             phase[0] ^= 1;
             scale_mask_words(s, mask0, p.scale_log2, lane);
             float m_a[2], f[2];
-            pair_wg0_pv<false>(s, st, o, pa, m_a, f, sm0, smem, k0, r0, wm, lane, it > 0);
+            pair_wg0_pv<false>(s, st, o, pa, m_a, f, sm0, smem, k0, r0, wm, lane, it > 0, 1.f);
             // beta = 2^(m_a - m_b) brings O_L to the pair's final max.
             named_barrier_sync(kBarM1, 2 * kWgThreads);
             pair_wg0_beta(st, f, m_a, sm1, r0);
@@ -403,7 +403,7 @@ __device__ __forceinline__ void attend_token(const typename F::Params &p, unsign
             named_barrier_sync(kBarM0, 2 * kWgThreads);
             pair_wg1_max(st, o, mx, m_a, m_b, f, sm0, sm1, r0, lane);
             float l_b[2] = {0.f, 0.f};
-            if (has_b) pair_wg1_p1<false>(s, m_b, l_b, pa, smem, wm, lane);
+            if (has_b) pair_wg1_p1<false>(s, m_b, l_b, pa, smem, wm, lane, 1.f);
             pv_remote<false>(o, kBarP0, base + kSmemP0, k0, 1);  // V0_R: K0 pieces 4-7
             if (next_a) {
                 named_barrier_arrive(kBarP0Free, 2 * kWgThreads);
