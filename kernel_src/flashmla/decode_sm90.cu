@@ -594,6 +594,21 @@ __device__ __forceinline__ void scale_o(float (&o)[32][4], const float (&f)[2]) 
         o[jt][0] *= f[0], o[jt][1] *= f[0], o[jt][2] *= f[1], o[jt][3] *= f[1];
 }
 
+// Lazy rescaling (kLazy of the pair steps below; on in the FlashMLA dense kinds): the running max
+// of a row moves only when a tile's row max exceeds it by more than kLazyMax (base-2 logits), so
+// P = 2^(S - m) stays <= 2^kLazyMax (exact in fp32, the same relative rounding in bf16 / fp16 P)
+// and O and l are rescaled only on such a jump: after the first tiles scale_o skips nearly every
+// warp (with the exact max it skipped ~none at s_k 1k, ~1/4 of the pairs at 16k: 2 x 128 FMUL a
+// tile and thread). out = O / l and lse = m + log2 l do not depend on which m is used.
+constexpr float kLazyMax = 8.f;
+constexpr bool kLazyRescale = true;  // the FlashMLA dense kinds (A/B switch)
+
+template <bool kLazy>
+__device__ __forceinline__ float next_max(float m, float mx) {
+    if constexpr (kLazy) return mx > m + kLazyMax ? mx : m;  // m = -inf: mx (or -inf)
+    else return fmaxf(m, mx);
+}
+
 // The steps of a tile pair that this kernel and the sparse one (sparse_sm90.cuh) share:
 // warpgroup 0 holds tile a, warpgroup 1 tile b; m_a is the running max after tile a, m_b after
 // both, f the factor O and l take.
@@ -603,7 +618,7 @@ __device__ __forceinline__ void scale_o(float (&o)[32][4], const float (&f)[2]) 
 // readers freed it when p0_busy, P0) and P0 V0_L issued and committed, not waited on.
 // Fake-quant hooks: before_p() runs before P0 is published (K quantized: the raw V back),
 // before_pv() before P0 V0_L is issued (V quantized: V0_L's codes).
-template <bool kF16, class BeforeP = NoHook, class BeforePv = NoHook>
+template <bool kF16, bool kLazy = false, class BeforeP = NoHook, class BeforePv = NoHook>
 __device__ __forceinline__ void pair_wg0_pv(float (&s)[8][4], RowState &st, float (&o)[32][4],
                                             unsigned (&pa)[4][4], float (&m_a)[2], float (&f)[2],
                                             float *sm0, unsigned char *smem, unsigned k0, int r0,
@@ -613,7 +628,7 @@ __device__ __forceinline__ void pair_wg0_pv(float (&s)[8][4], RowState &st, floa
     row_max64(s, mx, sc);
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        m_a[h] = fmaxf(st.m[h], mx[h]);
+        m_a[h] = next_max<kLazy>(st.m[h], mx[h]);
         mu[h] = m_a[h] == -inf_f32() ? 0.f : m_a[h];
         f[h] = ex2(st.m[h] - mu[h]);
         st.l[h] *= f[h];
@@ -648,6 +663,7 @@ __device__ __forceinline__ void pair_wg0_beta(RowState &st, float (&f)[2], const
 
 // Warpgroup 1, after M0 (mx: tile b's row maxima, -inf without it): m_a from sm0, m_b =
 // max(m_a, mx) published in sm1 (M1), O_R and l to m_a, where P0 is.
+template <bool kLazy = false>
 __device__ __forceinline__ void pair_wg1_max(RowState &st, float (&o)[32][4], const float (&mx)[2],
                                              float (&m_a)[2], float (&m_b)[2], float (&f)[2],
                                              const float *sm0, float *sm1, int r0, int lane) {
@@ -655,7 +671,7 @@ __device__ __forceinline__ void pair_wg1_max(RowState &st, float (&o)[32][4], co
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         m_a[h] = sm0[r0 + 8 * h];
-        m_b[h] = fmaxf(m_a[h], mx[h]);
+        m_b[h] = next_max<kLazy>(m_a[h], mx[h]);
         mu[h] = m_a[h] == -inf_f32() ? 0.f : m_a[h];
         f[h] = ex2(st.m[h] - mu[h]);  // O_R to m_a, where P0 is
         st.m[h] = m_b[h];
@@ -1100,7 +1116,8 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
                 zero_tail_rows(smem + kSmemK0, t_stop - ta, 0, wt);
             const float sc = scale_mask64<!kCausal>(s, limit, p.scale_log2, ta, lane);
             float m_a[2], f[2];
-            pair_wg0_pv<kF16>(s, st, o, pa, m_a, f, sm0, smem, k0, r0, wm, lane, it > 0, sc);
+            pair_wg0_pv<kF16, kLazyRescale>(s, st, o, pa, m_a, f, sm0, smem, k0, r0, wm, lane,
+                                            it > 0, sc);
             if (kL2PfMode<kPageClass> == 2 && load_a) prefetch_rows_l2<0, kRowBytes>(p, na, g, wt);
             // beta = 2^(m_a - m_b) brings O_L to the pair's final max.
             named_barrier_sync(kBarM1, 2 * kWgThreads);
@@ -1128,7 +1145,7 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
             }
             named_barrier_sync(kBarM0, 2 * kWgThreads);
             load_next_q<kVPieces, kPieces - 1>(pre_q, p, q, nx, g, m, rows, wt);  // M0: 4-7 free
-            pair_wg1_max(st, o, mx, m_a, m_b, f, sm0, sm1, r0, lane);
+            pair_wg1_max<kLazyRescale>(st, o, mx, m_a, m_b, f, sm0, sm1, r0, lane);
             float l_b[2] = {0.f, 0.f};
             if (has_b) pair_wg1_p1<kF16>(s, m_b, l_b, pa, smem, wm, lane, sc);
             if (kL2PfMode<kPageClass> == 3) prefetch_rows_l2<0, kRowBytes>(p, nf, g, wt);

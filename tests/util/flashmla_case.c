@@ -107,13 +107,15 @@ static void fill_k(mlt_fm_data *d, mlt_rng *r) {
     for (size_t e = 0; e < d->k_elems; e++) put(d, d->k, e, NAN);
     for (int i = 0; i < c->b; i++) {
         int n = c->capacity > 0 ? keys_of(c, d->seqlens[i]) : d->seqlens[i];
-        for (int t = 0; t < n; t++)
+        for (int t = 0; t < n; t++) {
+            const double gain = c->ramp > 0 ? 1.0 + c->ramp * t / n : 1.0;
             for (int g = 0; g < c->h_kv; g++) {
                 int64_t blk = d->block_table[i * d->bt_stride + t / c->page];
                 size_t e = (size_t)(blk * d->k_stride[0] + (t % c->page) * d->k_stride[1] +
                                     g * d->k_stride[2]);
-                for (int x = 0; x < D; x++) put(d, d->k, e + x, draw(d, r));
+                for (int x = 0; x < D; x++) put(d, d->k, e + x, gain * draw(d, r));
             }
+        }
     }
 }
 
