@@ -490,3 +490,59 @@ Test(dsv4_ref, gpu_comparisons_detect_errors) {
     mlt_dsv4_expect_free(&e);
     mlt_dsv4_case_free(&c);
 }
+
+/* The GPU layer test's KV row check (mlt_dsv4_row_off_steps): rows within one rounding step of
+ * the reference's pass, including a block whose UE8M0 scale moved by one; a value two steps off or
+ * a scale two exponents off is counted. */
+Test(dsv4_ref, kv_row_off_steps) {
+    enum { B = 4, STRIDE = 2880 };
+    static uint8_t ref[STRIDE], got[STRIDE];
+    mlt_rng r;
+    mlt_rng_init(&r, 7);
+    double y[512], z[512], a[512], b[512];
+    for (int i = 0; i < 512; i++) y[i] = mlr_bf16(mlt_rng_uniform(&r) - 0.5);
+    y[64 * 2] = 0.8749;  /* block 2's amax just under 448 2^-9: z moves it over (scale doubles) */
+    memset(ref, 0, sizeof ref);
+    mlr_write_kv_row(ref, B, STRIDE, 1, y);
+    mlr_decode_kv_row(ref, B, STRIDE, 1, b);
+    /* the same values as summed in another order: relative 1e-6 apart, block 2's amax over 1 */
+    for (int i = 0; i < 512; i++) z[i] = i < 448 ? y[i] * (1 + 1e-6 * (mlt_rng_uniform(&r) - 0.5)) : y[i];
+    z[64 * 2] = 0.8751;
+    memset(got, 0, sizeof got);
+    mlr_write_kv_row(got, B, STRIDE, 1, z);
+    mlr_decode_kv_row(got, B, STRIDE, 1, a);
+    const uint8_t *sa = got + mlr_kv_scale_off(B, STRIDE, 1), *sb = ref + mlr_kv_scale_off(B, STRIDE, 1);
+    cr_assert(sa[2] == sb[2] + 1, "block 2's scale moved by one exponent: %d vs %d", sa[2], sb[2]);
+    cr_expect(mlt_dsv4_row_off_steps(got, ref, B, STRIDE, 1, a, b) == 0,
+              "a row within one step (block 2 on the coarser grid): %lld elements off",
+              mlt_dsv4_row_off_steps(got, ref, B, STRIDE, 1, a, b));
+    cr_expect(mlt_dsv4_row_off_steps(ref, ref, B, STRIDE, 1, b, b) == 0, "a row against itself");
+    /* element 5 (block 0) two steps up: its code + 2 (same sign, no binade edge at this value) */
+    memcpy(got, ref, sizeof got);
+    uint8_t *d = got + mlr_kv_row_off(B, STRIDE, 1);
+    d[5] = (uint8_t)(d[5] + 2);
+    mlr_decode_kv_row(got, B, STRIDE, 1, a);
+    cr_expect(mlt_dsv4_row_off_steps(got, ref, B, STRIDE, 1, a, b) == 1,
+              "one e4m3 element two codes off: %lld counted",
+              mlt_dsv4_row_off_steps(got, ref, B, STRIDE, 1, a, b));
+    d[5] = (uint8_t)(d[5] - 1);  /* one code off: in step */
+    mlr_decode_kv_row(got, B, STRIDE, 1, a);
+    cr_expect(mlt_dsv4_row_off_steps(got, ref, B, STRIDE, 1, a, b) == 0, "one code off: in step");
+    /* a RoPE value (bf16) two steps off */
+    memcpy(got, ref, sizeof got);
+    uint16_t v;
+    memcpy(&v, d + 448 + 2 * 3, 2);
+    v = (uint16_t)(v + 2);
+    memcpy(d + 448 + 2 * 3, &v, 2);
+    mlr_decode_kv_row(got, B, STRIDE, 1, a);
+    cr_expect(mlt_dsv4_row_off_steps(got, ref, B, STRIDE, 1, a, b) == 1,
+              "one bf16 element two steps off: %lld counted",
+              mlt_dsv4_row_off_steps(got, ref, B, STRIDE, 1, a, b));
+    /* block 4's scale two exponents up: the whole block counts */
+    memcpy(got, ref, sizeof got);
+    got[mlr_kv_scale_off(B, STRIDE, 1) + 4] = (uint8_t)(sb[4] + 2);
+    mlr_decode_kv_row(got, B, STRIDE, 1, a);
+    cr_expect(mlt_dsv4_row_off_steps(got, ref, B, STRIDE, 1, a, b) == 64,
+              "a scale two exponents off: %lld counted (64 expected)",
+              mlt_dsv4_row_off_steps(got, ref, B, STRIDE, 1, a, b));
+}

@@ -71,12 +71,12 @@ static mlt_fm_case sweep[] = {
     /* growing logits (ramp, large scale): the running max jumps past the lazy rescaling's
      * threshold several times in a chunk, within a pair and between pairs */
     {"bf16 b4 sq2 sk4096 h128/1 p64 causal ramp scale=10", BF, 4, 2, 4096, 128, 1, 64, 0, 0, 1, 0,
-     0, 0, 0, 10.f, 3.f},
+     0, 0, 0, 10.f, 30.f},
     {"bf16 b3 sq1 sk1000 h64/1 p1 var ramp scale=10", BF, 3, 1, 1000, 64, 1, 1, 1, 0, 0, 0, 0, 0,
-     0, 10.f, 3.f},
+     0, 10.f, 30.f},
     {"fp16 b6 sq1 sk4096 h16/1 p16 var ramp scale=8 parts=3", FP, 6, 1, 4096, 16, 1, 16, 1, 0, 0, 0,
-     3, 0, 0, 8.f, 3.f},
-    {"fp8 b2 sq1 sk4096 h128/1 p64 ramp", F8, 2, 1, 4096, 128, 1, 64, 0, 0, 0, 0, 0, 0, 0, 0, 3.f},
+     3, 0, 0, 8.f, 30.f},
+    {"fp8 b2 sq1 sk4096 h128/1 p64 ramp", F8, 2, 1, 4096, 128, 1, 64, 0, 0, 0, 0, 0, 0, 0, 0, 20.f},
 };
 
 ParameterizedTestParameters(flashmla_gpu, sweep) {

@@ -647,13 +647,53 @@ static void token_errors(const double *got, const double *ref, int T, int64_t n,
     }
 }
 
-/* Worst decoded-row error over the written slots, and the bytes changed outside them. */
+/* One e4m3 step at |x| (in units of the block scale): 2^-9 below the normal range, else 2^(e - 3)
+ * for 2^e <= |x| < 2^(e + 1), 32 at the top of the range. */
+static double e4m3_step(double x) {
+    if (x < 0x1p-6) return 0x1p-9;
+    int e;
+    frexp(x, &e);  /* x = f 2^e, f in [0.5, 1): 2^(e - 1) <= x */
+    return e - 4 > 5 ? 32.0 : ldexp(1.0, e - 4);
+}
+
+/* Elements of a decoded row more than one rounding step from the reference's. The GPU's GEMM sums
+ * in another order than the reference, so a value next to a rounding boundary may land on the
+ * neighbouring code, and a block's amax next to a power of 2 may move its UE8M0 scale by one
+ * (the whole block then on a grid twice as fine or coarse): each e4m3 element may differ by one
+ * step of the coarser of the two grids, each bf16 one by one bf16 step, a scale by one exponent.
+ * Wrong data is off by many steps. */
+long long mlt_dsv4_row_off_steps(const uint8_t *got, const uint8_t *ref, int64_t B, int64_t stride,
+                               int64_t slot, const double *a, const double *b) {
+    const uint8_t *sa = got + mlr_kv_scale_off(B, stride, slot);
+    const uint8_t *sb = ref + mlr_kv_scale_off(B, stride, slot);
+    long long off = 0;
+    for (int c = 0; c < 7; c++) {
+        if (abs((int)sa[c] - (int)sb[c]) > 1) {
+            off += 64;
+            continue;
+        }
+        const double s = fmax(mlr_ue8m0_decode(sa[c]), mlr_ue8m0_decode(sb[c]));
+        for (int i = 64 * c; i < 64 * c + 64; i++) {
+            const double x = fmax(fabs(a[i]), fabs(b[i])) / s;
+            off += !(fabs(a[i] - b[i]) <= e4m3_step(x) * s * (1 + 1e-9));
+        }
+    }
+    for (int i = 448; i < MLR_DSV4_D; i++) {
+        int e;
+        frexp(fmax(fabs(a[i]), fabs(b[i])), &e);
+        off += !(fabs(a[i] - b[i]) <= ldexp(1.0, e - 8) * (1 + 1e-9));  /* bf16: 8 bits */
+    }
+    return off;
+}
+
+/* Worst decoded-row error over the written slots, the elements more than one rounding step off
+ * and the bytes changed outside the rows. */
 static void cache_errors(const uint8_t *got, const uint8_t *ref, const uint8_t *init,
                          int64_t bytes, int64_t B, int64_t stride, const int32_t *slots, int n,
-                         double *worst, long long *stray) {
+                         double *worst, long long *off, long long *stray) {
     uint8_t *mask = calloc((size_t)bytes, 1);
     double a[MLR_DSV4_D], b[MLR_DSV4_D];
-    *worst = 0, *stray = 0;
+    *worst = 0, *off = 0, *stray = 0;
     if (!mask) abort();
     for (int i = 0; i < n; i++) {
         if (slots[i] < 0) continue;
@@ -661,6 +701,7 @@ static void cache_errors(const uint8_t *got, const uint8_t *ref, const uint8_t *
         mlr_decode_kv_row(ref, B, stride, slots[i], b);
         double e = mlt_rel_l2(a, b, MLR_DSV4_D);
         *worst = e > *worst || isnan(e) ? e : *worst;
+        *off += mlt_dsv4_row_off_steps(got, ref, B, stride, slots[i], a, b);
         memset(mask + mlr_kv_row_off(B, stride, slots[i]), 1, MLR_DSV4_ROW);
         memset(mask + mlr_kv_scale_off(B, stride, slots[i]), 1, MLR_DSV4_SLOT);
     }
@@ -723,7 +764,8 @@ void mlt_dsv4_compare(const mlt_dsv4_case *c, const mlt_dsv4_expect *e, const ml
         own_out_errors(c, e, g, err);
     }
     cache_errors(g->kv_cache, e->kv_cache, c->kv_cache, c->num_pages * c->page_bytes,
-                 c->k.page_size, c->page_bytes, c->swa_loc, c->T, &err->kv_row, &err->kv_stray);
+                 c->k.page_size, c->page_bytes, c->swa_loc, c->T, &err->kv_row, &err->kv_off,
+                 &err->kv_stray);
     if (c->k.hca) {
         int32_t *fired = malloc(sizeof(int32_t) * (size_t)T);
         if (!fired) abort();
@@ -731,7 +773,7 @@ void mlt_dsv4_compare(const mlt_dsv4_case *c, const mlt_dsv4_expect *e, const ml
             fired[t] = c->positions[t] % 128 == 127 && c->topk_lengths[t] ? c->c128_out_loc[t] : -1;
         cache_errors(g->pool, e->pool, c->pool, c->pool_pages * c->pool_page_bytes,
                      c->pool_block, c->pool_page_bytes, fired, c->T, &err->pool_row,
-                     &err->pool_stray);
+                     &err->pool_off, &err->pool_stray);
         ring_errors(c, g->ring, e->ring, &err->ring_row, &err->ring_stray);
         free(fired);
     }
@@ -754,9 +796,9 @@ double mlt_dsv4_got_diff(const mlt_dsv4_case *c, const mlt_dsv4_got *a, const ml
         diff = e > diff || isnan(e) ? e : diff;
         *identical = *identical && memcmp(a->out, b->out, (size_t)nh * 2) == 0;
     }
-    long long stray;
+    long long stray, off;
     cache_errors(a->kv_cache, b->kv_cache, b->kv_cache, kvb, c->k.page_size, c->page_bytes,
-                 c->swa_loc, c->T, &e, &stray);
+                 c->swa_loc, c->T, &e, &off, &stray);
     diff = e > diff || isnan(e) || stray ? (stray ? INFINITY : e) : diff;
     if (c->k.hca) {
         *identical = *identical && memcmp(a->pool, b->pool, (size_t)pb) == 0 &&

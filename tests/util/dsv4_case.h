@@ -158,8 +158,16 @@ typedef struct mlt_dsv4_errors {
     long long nan;                   /* NaN / Inf values in O, q_or_x, out */
     long long zero_bad;              /* nonzero O or out where the reference is exactly 0 */
     long long kv_stray, pool_stray, ring_stray; /* changed bytes / rows nobody should write */
+    long long kv_off, pool_off;      /* decoded elements of the new KV / fired pool rows more than
+                                        one rounding step from the reference's (cache_errors) */
     int split;                       /* 1: the launch split its tokens' KV */
 } mlt_dsv4_errors;
+
+/* Elements of the KV row in slot of cache got more than one rounding step from that of ref (a, b:
+ * the two rows decoded by mlr_decode_kv_row; a block scale more than one exponent apart counts its
+ * 64 elements). */
+long long mlt_dsv4_row_off_steps(const uint8_t *got, const uint8_t *ref, int64_t B, int64_t stride,
+                                 int64_t slot, const double *a, const double *b);
 
 void mlt_dsv4_compare(const mlt_dsv4_case *c, const mlt_dsv4_expect *e, const mlt_dsv4_got *g,
                       int with_out, mlt_dsv4_errors *err);

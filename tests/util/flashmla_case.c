@@ -113,7 +113,7 @@ static void fill_k(mlt_fm_data *d, mlt_rng *r) {
                 int64_t blk = d->block_table[i * d->bt_stride + t / c->page];
                 size_t e = (size_t)(blk * d->k_stride[0] + (t % c->page) * d->k_stride[1] +
                                     g * d->k_stride[2]);
-                for (int x = 0; x < D; x++) put(d, d->k, e + x, gain * draw(d, r));
+                for (int x = 0; x < D; x++) put(d, d->k, e + x, (x < DV ? 1.0 : gain) * draw(d, r));
             }
         }
     }

@@ -33,9 +33,10 @@ typedef struct mlt_fm_case {
     int capacity;      /* > 0: every request has pages and valid keys for this many keys (so its
                           length may grow up to it: graph replays) */
     float scale;       /* softmax_scale; 0: None (576^-0.5) */
-    float ramp;        /* > 0: key t of a request scaled by 1 + ramp t / n (n its keys), so that
-                          with a large scale the logits grow along the sequence and the running max
-                          jumps by more than the lazy rescaling's threshold several times */
+    float ramp;        /* > 0: the RoPE columns (512..575, not in V) of key t of a request scaled
+                          by 1 + ramp t / n (n its keys), so that with a large scale the logits
+                          grow along the sequence and the running max jumps by more than the lazy
+                          rescaling's threshold several times (V keeps its magnitude) */
 } mlt_fm_case;
 
 /* Host data of a case. */
