@@ -599,9 +599,12 @@ __device__ __forceinline__ void scale_o(float (&o)[32][4], const float (&f)[2]) 
 // P = 2^(S - m) stays <= 2^kLazyMax (exact in fp32, the same relative rounding in bf16 / fp16 P)
 // and O and l are rescaled only on such a jump: after the first tiles scale_o skips nearly every
 // warp (with the exact max it skipped ~none at s_k 1k, ~1/4 of the pairs at 16k: 2 x 128 FMUL a
-// tile and thread). out = O / l and lse = m + log2 l do not depend on which m is used.
+// tile and thread). out = O / l and lse = m + log2 l do not depend on which m is used; a kernel
+// that returns the max itself (the sparse prefill's max_logits) must not use it.
 constexpr float kLazyMax = 8.f;
 constexpr bool kLazyRescale = true;  // the FlashMLA dense kinds (A/B switch)
+// The fake-quant K / V kinds (P is not quantized there, so only P's 16-bit rounding moves).
+constexpr bool kLazyRescaleFq = true;
 
 template <bool kLazy>
 __device__ __forceinline__ float next_max(float m, float mx) {
@@ -1276,8 +1279,9 @@ __device__ bool attend_chunk90_fq(const DecodeParams &p, const TmaDesc &tk, cons
                 zero_tail_rows(smem + kSmemK0, t_stop - ta, 0, wt);
             scale_mask64<false>(s, limit, p.scale_log2, ta, lane);
             float m_a[2], f[2];
-            pair_wg0_pv<kF16P>(s, st, o, pa, m_a, f, sm0, smem, k0, r0, wm, lane, it > 0, 1.f,
-                               [&] { raw_v_back(ta, phase[0] ^ 1); }, [&] { v_codes(smem + kSmemK0); });
+            pair_wg0_pv<kF16P, kLazyRescaleFq>(s, st, o, pa, m_a, f, sm0, smem, k0, r0, wm, lane,
+                                               it > 0, 1.f, [&] { raw_v_back(ta, phase[0] ^ 1); },
+                                               [&] { v_codes(smem + kSmemK0); });
             // beta = 2^(m_a - m_b) brings O_L to the pair's final max.
             named_barrier_sync(kBarM1, 2 * kWgThreads);
             load_next_q<0, kVPieces>(pre_q, p, q, nx, g, m, rows, wt);  // M1: pieces 0-3 free
@@ -1305,7 +1309,7 @@ __device__ bool attend_chunk90_fq(const DecodeParams &p, const TmaDesc &tk, cons
             }
             named_barrier_sync(kBarM0, 2 * kWgThreads);
             load_next_q<kVPieces, kPieces - 1>(pre_q, p, q, nx, g, m, rows, wt);  // M0: 4-7 free
-            pair_wg1_max(st, o, mx, m_a, m_b, f, sm0, sm1, r0, lane);
+            pair_wg1_max<kLazyRescaleFq>(st, o, mx, m_a, m_b, f, sm0, sm1, r0, lane);
             float l_b[2] = {0.f, 0.f};
             if (has_b)
                 pair_wg1_p1<kF16P>(s, m_b, l_b, pa, smem, wm, lane, 1.f,
