@@ -517,7 +517,8 @@ Test(dsv4_ref, kv_row_off_steps) {
               "a row within one step (block 2 on the coarser grid): %lld elements off",
               mlt_dsv4_row_off_steps(got, ref, B, STRIDE, 1, a, b));
     cr_expect(mlt_dsv4_row_off_steps(ref, ref, B, STRIDE, 1, b, b) == 0, "a row against itself");
-    /* element 5 (block 0) two steps up: its code + 2 (same sign, no binade edge at this value) */
+    /* element 5 (block 0) two steps up: its code + 2 (same sign, no binade edge at this value;
+     * two steps there are far above the slack of 1e-3 of the block's amax) */
     memcpy(got, ref, sizeof got);
     uint8_t *d = got + mlr_kv_row_off(B, STRIDE, 1);
     d[5] = (uint8_t)(d[5] + 2);
