@@ -30,8 +30,15 @@
 #define TOL_OUT_E2E 5e-2 /* out vs the full reference: the quantization noise floor (see above) */
 #define TOL_TOKEN 5e-2
 #define TOL_TOKEN_E2E 8e-2
-#define TOL_ROW 4e-2 /* worst decoded row, a bound for gross errors: the element check (kv_off) is the
-                       * precise one (2.06e-2 measured once at T 640 with every element in step) */
+#define TOL_ROW 4e-2 /* worst decoded KV / pool row (one T 640 row measured 2.06e-2 on the H200,
+                      * the others of 4 runs <= 5.5e-3), with the element check below */
+/* Elements of the written KV / pool rows allowed more than one rounding step (plus slack) off the
+ * reference's: a few per case from summation order near zero (1-5 seen in T <= 640 cases on the
+ * H200), 1e-4 of the written elements and at least 8; a wrong row or scale is hundreds. */
+static long long off_cap(const mlt_dsv4_case *c) {
+    const long long n = (long long)c->T * 512 / 10000;
+    return n > 8 ? n : 8;
+}
 #define TOL_RING 1e-5
 #define TOL_SAME 1e-3 /* layers run back to back or in a graph vs separate calls */
 
@@ -159,15 +166,15 @@ static void check_errors(const char *name, const mlt_dsv4_case *c, const mlt_dsv
     cr_expect(!with_out || (x->out < TOL_OUT_E2E && x->out_token < TOL_TOKEN_E2E), "%s (seed "
               "%llu): out vs the full reference: relative L2 %.3e (worst token %.3e), expected < "
               "%g (%g)", name, seed, x->out, x->out_token, TOL_OUT_E2E, TOL_TOKEN_E2E);
-    cr_expect(x->kv_off == 0 && x->kv_row < TOL_ROW && x->kv_stray == 0, "%s (seed %llu): new KV "
-              "rows: %lld elements more than one rounding step off, worst decoded relative L2 "
-              "%.3e (< %g), %lld bytes changed outside them", name, seed, x->kv_off, x->kv_row,
-              TOL_ROW, x->kv_stray);
+    cr_expect(x->kv_off <= off_cap(c) && x->kv_row < TOL_ROW && x->kv_stray == 0, "%s (seed "
+              "%llu): new KV rows: %lld elements more than one rounding step off (<= %lld), worst "
+              "decoded relative L2 %.3e (< %g), %lld bytes changed outside them", name, seed,
+              x->kv_off, off_cap(c), x->kv_row, TOL_ROW, x->kv_stray);
     if (!c->k.hca) return;
-    cr_expect(x->pool_off == 0 && x->pool_row < TOL_ROW && x->pool_stray == 0, "%s (seed %llu): "
-              "fired c128 rows: %lld elements more than one rounding step off, worst decoded "
-              "relative L2 %.3e (< %g), %lld pool bytes changed elsewhere", name, seed,
-              x->pool_off, x->pool_row, TOL_ROW, x->pool_stray);
+    cr_expect(x->pool_off <= off_cap(c) && x->pool_row < TOL_ROW && x->pool_stray == 0, "%s (seed "
+              "%llu): fired c128 rows: %lld elements more than one rounding step off (<= %lld), "
+              "worst decoded relative L2 %.3e (< %g), %lld pool bytes changed elsewhere", name,
+              seed, x->pool_off, off_cap(c), x->pool_row, TOL_ROW, x->pool_stray);
     cr_expect(x->ring_row < TOL_RING && x->ring_stray == 0, "%s (seed %llu): ring rows: worst "
               "relative L2 %.3e (< %g), %lld rows changed that no token writes", name, seed,
               x->ring_row, TOL_RING, x->ring_stray);
