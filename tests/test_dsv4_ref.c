@@ -513,22 +513,26 @@ Test(dsv4_ref, kv_row_off_steps) {
     mlr_decode_kv_row(got, B, STRIDE, 1, a);
     const uint8_t *sa = got + mlr_kv_scale_off(B, STRIDE, 1), *sb = ref + mlr_kv_scale_off(B, STRIDE, 1);
     cr_assert(sa[2] == sb[2] + 1, "block 2's scale moved by one exponent: %d vs %d", sa[2], sb[2]);
-    cr_expect(mlt_dsv4_row_off_steps(got, ref, B, STRIDE, 1, a, b) == 0,
+    cr_expect(mlt_dsv4_row_off_steps(got, ref, B, STRIDE, 1, a, b, NULL) == 0,
               "a row within one step (block 2 on the coarser grid): %lld elements off",
-              mlt_dsv4_row_off_steps(got, ref, B, STRIDE, 1, a, b));
-    cr_expect(mlt_dsv4_row_off_steps(ref, ref, B, STRIDE, 1, b, b) == 0, "a row against itself");
+              mlt_dsv4_row_off_steps(got, ref, B, STRIDE, 1, a, b, NULL));
+    cr_expect(mlt_dsv4_row_off_steps(ref, ref, B, STRIDE, 1, b, b, NULL) == 0, "a row against itself");
     /* element 5 (block 0) two steps up: its code + 2 (same sign, no binade edge at this value;
      * two steps there are far above the slack of 1e-3 of the block's amax) */
     memcpy(got, ref, sizeof got);
     uint8_t *d = got + mlr_kv_row_off(B, STRIDE, 1);
     d[5] = (uint8_t)(d[5] + 2);
     mlr_decode_kv_row(got, B, STRIDE, 1, a);
-    cr_expect(mlt_dsv4_row_off_steps(got, ref, B, STRIDE, 1, a, b) == 1,
+    mlt_dsv4_off_elem w = {0, 0, 0, 0, 0, -1, 0};
+    cr_expect(mlt_dsv4_row_off_steps(got, ref, B, STRIDE, 1, a, b, &w) == 1,
               "one e4m3 element two codes off: %lld counted",
-              mlt_dsv4_row_off_steps(got, ref, B, STRIDE, 1, a, b));
+              mlt_dsv4_row_off_steps(got, ref, B, STRIDE, 1, a, b, NULL));
+    cr_expect(w.index == 5 && w.slot == 1 && w.ratio > 1 && w.got == a[5] && w.ref == b[5],
+              "the furthest element recorded: slot %lld element %d ratio %g",
+              (long long)w.slot, w.index, w.ratio);
     d[5] = (uint8_t)(d[5] - 1);  /* one code off: in step */
     mlr_decode_kv_row(got, B, STRIDE, 1, a);
-    cr_expect(mlt_dsv4_row_off_steps(got, ref, B, STRIDE, 1, a, b) == 0, "one code off: in step");
+    cr_expect(mlt_dsv4_row_off_steps(got, ref, B, STRIDE, 1, a, b, NULL) == 0, "one code off: in step");
     /* a RoPE value (bf16) two steps off */
     memcpy(got, ref, sizeof got);
     uint16_t v;
@@ -536,14 +540,14 @@ Test(dsv4_ref, kv_row_off_steps) {
     v = (uint16_t)(v + 2);
     memcpy(d + 448 + 2 * 3, &v, 2);
     mlr_decode_kv_row(got, B, STRIDE, 1, a);
-    cr_expect(mlt_dsv4_row_off_steps(got, ref, B, STRIDE, 1, a, b) == 1,
+    cr_expect(mlt_dsv4_row_off_steps(got, ref, B, STRIDE, 1, a, b, NULL) == 1,
               "one bf16 element two steps off: %lld counted",
-              mlt_dsv4_row_off_steps(got, ref, B, STRIDE, 1, a, b));
+              mlt_dsv4_row_off_steps(got, ref, B, STRIDE, 1, a, b, NULL));
     /* block 4's scale two exponents up: the whole block counts */
     memcpy(got, ref, sizeof got);
     got[mlr_kv_scale_off(B, STRIDE, 1) + 4] = (uint8_t)(sb[4] + 2);
     mlr_decode_kv_row(got, B, STRIDE, 1, a);
-    cr_expect(mlt_dsv4_row_off_steps(got, ref, B, STRIDE, 1, a, b) == 64,
+    cr_expect(mlt_dsv4_row_off_steps(got, ref, B, STRIDE, 1, a, b, NULL) == 64,
               "a scale two exponents off: %lld counted (64 expected)",
-              mlt_dsv4_row_off_steps(got, ref, B, STRIDE, 1, a, b));
+              mlt_dsv4_row_off_steps(got, ref, B, STRIDE, 1, a, b, NULL));
 }

@@ -674,28 +674,44 @@ static double block_amax(const double *v, int lo, int hi) {
  * beyond one step); a wrong value is off by a step of the coarse grid (~6 % of the amax) or more. */
 static const double kSlack = 1e-3;
 
+/* Whether got is within allow of ref; updates *w when it goes further past than w's. */
+static int in_step(double got, double ref, double allow, double amax, int64_t slot, int index,
+                   mlt_dsv4_off_elem *w) {
+    const double d = fabs(got - ref);
+    if (d <= allow) return 1;
+    if (w && !(d / allow <= w->ratio))
+        *w = (mlt_dsv4_off_elem){d / allow, got, ref, allow, amax, slot, index};
+    return 0;
+}
+
 long long mlt_dsv4_row_off_steps(const uint8_t *got, const uint8_t *ref, int64_t B, int64_t stride,
-                               int64_t slot, const double *a, const double *b) {
+                                 int64_t slot, const double *a, const double *b,
+                                 mlt_dsv4_off_elem *worst) {
     const uint8_t *sa = got + mlr_kv_scale_off(B, stride, slot);
     const uint8_t *sb = ref + mlr_kv_scale_off(B, stride, slot);
     long long off = 0;
     for (int c = 0; c < 7; c++) {
+        const double amax = block_amax(b, 64 * c, 64 * c + 64);
         if (abs((int)sa[c] - (int)sb[c]) > 1) {
             off += 64;
+            if (worst && !(worst->ratio >= INFINITY))
+                *worst = (mlt_dsv4_off_elem){INFINITY, mlr_ue8m0_decode(sa[c]),
+                                             mlr_ue8m0_decode(sb[c]), 0, amax, slot, -1};
             continue;
         }
         const double s = fmax(mlr_ue8m0_decode(sa[c]), mlr_ue8m0_decode(sb[c]));
-        const double slack = kSlack * block_amax(b, 64 * c, 64 * c + 64);
         for (int i = 64 * c; i < 64 * c + 64; i++) {
             const double x = fmax(fabs(a[i]), fabs(b[i])) / s;
-            off += !(fabs(a[i] - b[i]) <= e4m3_step(x) * s * (1 + 1e-9) + slack);
+            off += !in_step(a[i], b[i], e4m3_step(x) * s * (1 + 1e-9) + kSlack * amax, amax, slot,
+                            i, worst);
         }
     }
-    const double slack = kSlack * block_amax(b, 448, MLR_DSV4_D);
+    const double amax = block_amax(b, 448, MLR_DSV4_D);
     for (int i = 448; i < MLR_DSV4_D; i++) {
         int e;
-        frexp(fmax(fabs(a[i]), fabs(b[i])), &e);
-        off += !(fabs(a[i] - b[i]) <= ldexp(1.0, e - 8) * (1 + 1e-9) + slack);  /* bf16: 8 bits */
+        frexp(fmax(fabs(a[i]), fabs(b[i])), &e);  /* bf16: 8 significant bits */
+        off += !in_step(a[i], b[i], ldexp(1.0, e - 8) * (1 + 1e-9) + kSlack * amax, amax, slot, i,
+                        worst);
     }
     return off;
 }
@@ -704,10 +720,12 @@ long long mlt_dsv4_row_off_steps(const uint8_t *got, const uint8_t *ref, int64_t
  * and the bytes changed outside the rows. */
 static void cache_errors(const uint8_t *got, const uint8_t *ref, const uint8_t *init,
                          int64_t bytes, int64_t B, int64_t stride, const int32_t *slots, int n,
-                         double *worst, long long *off, long long *stray) {
+                         double *worst, long long *off, mlt_dsv4_off_elem *w,
+                         long long *stray) {
     uint8_t *mask = calloc((size_t)bytes, 1);
     double a[MLR_DSV4_D], b[MLR_DSV4_D];
     *worst = 0, *off = 0, *stray = 0;
+    if (w) *w = (mlt_dsv4_off_elem){0, 0, 0, 0, 0, -1, 0};
     if (!mask) abort();
     for (int i = 0; i < n; i++) {
         if (slots[i] < 0) continue;
@@ -715,7 +733,7 @@ static void cache_errors(const uint8_t *got, const uint8_t *ref, const uint8_t *
         mlr_decode_kv_row(ref, B, stride, slots[i], b);
         double e = mlt_rel_l2(a, b, MLR_DSV4_D);
         *worst = e > *worst || isnan(e) ? e : *worst;
-        *off += mlt_dsv4_row_off_steps(got, ref, B, stride, slots[i], a, b);
+        *off += mlt_dsv4_row_off_steps(got, ref, B, stride, slots[i], a, b, w);
         memset(mask + mlr_kv_row_off(B, stride, slots[i]), 1, MLR_DSV4_ROW);
         memset(mask + mlr_kv_scale_off(B, stride, slots[i]), 1, MLR_DSV4_SLOT);
     }
@@ -779,7 +797,7 @@ void mlt_dsv4_compare(const mlt_dsv4_case *c, const mlt_dsv4_expect *e, const ml
     }
     cache_errors(g->kv_cache, e->kv_cache, c->kv_cache, c->num_pages * c->page_bytes,
                  c->k.page_size, c->page_bytes, c->swa_loc, c->T, &err->kv_row, &err->kv_off,
-                 &err->kv_stray);
+                 &err->kv_worst, &err->kv_stray);
     if (c->k.hca) {
         int32_t *fired = malloc(sizeof(int32_t) * (size_t)T);
         if (!fired) abort();
@@ -787,7 +805,7 @@ void mlt_dsv4_compare(const mlt_dsv4_case *c, const mlt_dsv4_expect *e, const ml
             fired[t] = c->positions[t] % 128 == 127 && c->topk_lengths[t] ? c->c128_out_loc[t] : -1;
         cache_errors(g->pool, e->pool, c->pool, c->pool_pages * c->pool_page_bytes,
                      c->pool_block, c->pool_page_bytes, fired, c->T, &err->pool_row,
-                     &err->pool_off, &err->pool_stray);
+                     &err->pool_off, &err->pool_worst, &err->pool_stray);
         ring_errors(c, g->ring, e->ring, &err->ring_row, &err->ring_stray);
         free(fired);
     }
@@ -812,7 +830,7 @@ double mlt_dsv4_got_diff(const mlt_dsv4_case *c, const mlt_dsv4_got *a, const ml
     }
     long long stray, off;
     cache_errors(a->kv_cache, b->kv_cache, b->kv_cache, kvb, c->k.page_size, c->page_bytes,
-                 c->swa_loc, c->T, &e, &off, &stray);
+                 c->swa_loc, c->T, &e, &off, NULL, &stray);
     diff = e > diff || isnan(e) || stray ? (stray ? INFINITY : e) : diff;
     if (c->k.hca) {
         *identical = *identical && memcmp(a->pool, b->pool, (size_t)pb) == 0 &&

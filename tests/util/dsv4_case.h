@@ -149,6 +149,14 @@ void mlt_dsv4_got_free(mlt_dsv4_got *g);
 
 /* Measured errors of a call against the reference. Relative L2 errors are ||got - ref|| /
  * ||ref||; per-token (or per-row) ones are the worst over tokens with a nonzero reference. */
+/* The element of the written rows furthest past its allowance (ratio |got - ref| / allowance; 0
+ * when every element is within it): for the failure messages. */
+typedef struct mlt_dsv4_off_elem {
+    double ratio, got, ref, allow, amax;  /* amax: of the element's block in the reference row */
+    int64_t slot;
+    int index;                            /* 0..511; -1: a block scale more than one exponent off */
+} mlt_dsv4_off_elem;
+
 typedef struct mlt_dsv4_errors {
     double O, O_token;               /* O: q_or_x (unsplit) or the combined partials (split) */
     double q_split, out, out_token;  /* q_or_x of split tokens (left as q); out */
@@ -160,14 +168,16 @@ typedef struct mlt_dsv4_errors {
     long long kv_stray, pool_stray, ring_stray; /* changed bytes / rows nobody should write */
     long long kv_off, pool_off;      /* decoded elements of the new KV / fired pool rows more than
                                         one rounding step from the reference's (cache_errors) */
+    mlt_dsv4_off_elem kv_worst, pool_worst;
     int split;                       /* 1: the launch split its tokens' KV */
 } mlt_dsv4_errors;
 
 /* Elements of the KV row in slot of cache got more than one rounding step from that of ref (a, b:
  * the two rows decoded by mlr_decode_kv_row; a block scale more than one exponent apart counts its
- * 64 elements). */
+ * 64 elements). worst (or NULL): updated where an element of this row goes further past. */
 long long mlt_dsv4_row_off_steps(const uint8_t *got, const uint8_t *ref, int64_t B, int64_t stride,
-                                 int64_t slot, const double *a, const double *b);
+                                 int64_t slot, const double *a, const double *b,
+                                 mlt_dsv4_off_elem *worst);
 
 void mlt_dsv4_compare(const mlt_dsv4_case *c, const mlt_dsv4_expect *e, const mlt_dsv4_got *g,
                       int with_out, mlt_dsv4_errors *err);
