@@ -349,26 +349,6 @@ __device__ __forceinline__ void load_tile(const DecodeParams &p, const TmaDesc &
 template <int kPageClass>
 constexpr bool kRope1ByWg0 = kPageClass == 0;
 
-// Page class 0: L2 prefetches (cp.async.bulk.prefetch.L2) of key rows ahead of their refills, so
-// that the refills hit L2 (kL2PfMode; the block-table entries of the rows are the ones fetched at
-// the pair's top, which have arrived by the time the prefetches are issued):
-//   1: warpgroup 1, once P1 is out: bytes 512-1023 (pieces 4-7) of tile b + 2's rows, about sP0
-//      V0_R + P1 V1_R before the refill right before its next Q K^T (the pair's critical load);
-//   2: as 1 with whole rows, and warpgroup 0 the whole rows of tile a + 2 once P0 V0_L is issued;
-//   3: whole rows of tiles a + 4 (warpgroup 0, after M1) and b + 4 (warpgroup 1, after M0), two
-//      pairs ahead (their entries fetched at the pair's top; none across a chunk's end).
-// The two threads of a row split its bytes. 0: none (page class 1).
-template <int kPageClass>
-constexpr int kL2PfMode = 0;  // off (A/B: a kernel_src copy with M for page class 0)
-
-template <int kLo, int kHi>
-__device__ __forceinline__ void prefetch_rows_l2(const DecodeParams &p, RowRef r, int g, int wt) {
-    constexpr int kHalf = (kHi - kLo) / 2;
-    static_assert(kHalf % 16 == 0, "bulk prefetch sizes are multiples of 16 bytes");
-    const unsigned char *src = row_src(p, g, r);
-    if (src != nullptr) prefetch_l2_bulk(src + kLo + (wt & 1) * kHalf, kHalf);
-}
-
 template <bool kOn>
 __device__ __forceinline__ void load_rope(const DecodeParams &p, unsigned buf, RowRef r, int g,
                                           int wt) {
@@ -1097,13 +1077,11 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
         const bool next_a = it + 2 < n_tiles, next_b = it + 3 < n_tiles;
         // The next pair's block-table entries, fetched a pair ahead of their loads; in the last
         // pair, those of the next chunk's first two tiles.
-        RowRef na, nb, nf = {-1, 0};  // nf: kL2PfMode 3, the own tile two pairs ahead
+        RowRef na, nb;
         bool load_a = next_a, load_b = next_b;
         if (next_a) {
             na = fetch_row<kPageClass>(p, req, ta + 2 * kBlockN, t_stop, wt);
             nb = fetch_row<kPageClass>(p, req, tb + 2 * kBlockN, t_stop, wt);
-            if constexpr (kL2PfMode<kPageClass> == 3)
-                nf = fetch_row<kPageClass>(p, req, ta + (4 + wg) * kBlockN, t_stop, wt);
         } else {
             const int nt = nx->n_tiles, nreq = nx->req, nt0 = nx->t_begin, nstop = nx->t_stop;
             pre_q = nt >= 0 && nx->new_req;
@@ -1121,13 +1099,11 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
             float m_a[2], f[2];
             pair_wg0_pv<kF16, kLazyRescale>(s, st, o, pa, m_a, f, sm0, smem, k0, r0, wm, lane,
                                             it > 0, sc);
-            if (kL2PfMode<kPageClass> == 2 && load_a) prefetch_rows_l2<0, kRowBytes>(p, na, g, wt);
             // beta = 2^(m_a - m_b) brings O_L to the pair's final max.
             named_barrier_sync(kBarM1, 2 * kWgThreads);
             load_next_q<0, kVPieces>(pre_q, p, q, nx, g, m, rows, wt);  // M1: pieces 0-3 free
             if (load_b)  // K1's piece 8 read by warpgroup 1's Q K^T (M1)
                 load_rope<kRope1ByWg0<kPageClass>>(p, k1, nb, g, wt);
-            if (kL2PfMode<kPageClass> == 3) prefetch_rows_l2<0, kRowBytes>(p, nf, g, wt);
             pair_wg0_beta(st, f, m_a, sm1, r0);
             wgmma_wait_group<0>();
             reg_fence(o);
@@ -1151,9 +1127,6 @@ __device__ bool attend_chunk90(const DecodeParams &p, const TmaDesc &tk, unsigne
             pair_wg1_max<kLazyRescale>(st, o, mx, m_a, m_b, f, sm0, sm1, r0, lane);
             float l_b[2] = {0.f, 0.f};
             if (has_b) pair_wg1_p1<kF16>(s, m_b, l_b, pa, smem, wm, lane, sc);
-            if (kL2PfMode<kPageClass> == 3) prefetch_rows_l2<0, kRowBytes>(p, nf, g, wt);
-            if (kL2PfMode<kPageClass> == 1 && load_b) prefetch_rows_l2<512, 1024>(p, nb, g, wt);
-            if (kL2PfMode<kPageClass> == 2 && load_b) prefetch_rows_l2<0, kRowBytes>(p, nb, g, wt);
             pv_remote<kF16>(o, kBarP0, base + kSmemP0, k0, 1);  // V0_R: K0 pieces 4-7
             if (next_a) named_barrier_arrive(kBarP0Free, 2 * kWgThreads);
             if (load_a)  // V0_R read
