@@ -144,6 +144,23 @@ static void check_barriers(mla_runtime *rt, const char *name, CUdeviceptr ws) {
                   i, bank[i]);
 }
 
+/* The written KV or pool rows (what: their name; stray_what: the bytes outside them): at most
+ * off_cap elements past one rounding step, the worst row under TOL_ROW, no stray byte; the element
+ * furthest past its allowance is named (and logged whenever any is past). */
+static void check_rows(const char *name, unsigned long long seed, const mlt_dsv4_case *c,
+                       const char *what, const char *stray_what, long long off,
+                       const mlt_dsv4_off_elem *w, double row, long long stray) {
+    cr_expect(off <= off_cap(c) && row < TOL_ROW && stray == 0, "%s (seed %llu): %s: %lld "
+              "elements more than one rounding step off (<= %lld; the furthest: slot %lld element "
+              "%d got %.6g ref %.6g allowance %.3g block amax %.4g), worst decoded relative L2 "
+              "%.3e (< %g), %lld %s", name, seed, what, off, off_cap(c), (long long)w->slot,
+              w->index, w->got, w->ref, w->allow, w->amax, row, TOL_ROW, stray, stray_what);
+    if (off > 0)
+        cr_log_warn("%s: %s: %lld elements past one step; the furthest: slot %lld element %d got "
+                    "%.6g ref %.6g allowance %.3g block amax %.4g", name, what, off,
+                    (long long)w->slot, w->index, w->got, w->ref, w->allow, w->amax);
+}
+
 static void check_errors(const char *name, const mlt_dsv4_case *c, const mlt_dsv4_errors *x,
                          int with_out) {
     cr_log_info("%s: O %.3e (worst token %.3e)%s q_split %.3e out %.3e (worst token %.3e) "
@@ -166,28 +183,11 @@ static void check_errors(const char *name, const mlt_dsv4_case *c, const mlt_dsv
     cr_expect(!with_out || (x->out < TOL_OUT_E2E && x->out_token < TOL_TOKEN_E2E), "%s (seed "
               "%llu): out vs the full reference: relative L2 %.3e (worst token %.3e), expected < "
               "%g (%g)", name, seed, x->out, x->out_token, TOL_OUT_E2E, TOL_TOKEN_E2E);
-    const mlt_dsv4_off_elem *kw = &x->kv_worst, *pw = &x->pool_worst;
-    cr_expect(x->kv_off <= off_cap(c) && x->kv_row < TOL_ROW && x->kv_stray == 0, "%s (seed "
-              "%llu): new KV rows: %lld elements more than one rounding step off (<= %lld; the "
-              "furthest: slot %lld element %d got %.6g ref %.6g allowance %.3g block amax %.4g), "
-              "worst decoded relative L2 %.3e (< %g), %lld bytes changed outside them", name,
-              seed, x->kv_off, off_cap(c), (long long)kw->slot, kw->index, kw->got, kw->ref,
-              kw->allow, kw->amax, x->kv_row, TOL_ROW, x->kv_stray);
-    if (x->kv_off > 0)
-        cr_log_warn("%s: %lld KV row elements past one step; the furthest: slot %lld element %d "
-                    "got %.6g ref %.6g allowance %.3g block amax %.4g", name, x->kv_off,
-                    (long long)kw->slot, kw->index, kw->got, kw->ref, kw->allow, kw->amax);
+    check_rows(name, seed, c, "new KV rows", "bytes changed outside them", x->kv_off,
+               &x->kv_worst, x->kv_row, x->kv_stray);
     if (!c->k.hca) return;
-    cr_expect(x->pool_off <= off_cap(c) && x->pool_row < TOL_ROW && x->pool_stray == 0, "%s (seed "
-              "%llu): fired c128 rows: %lld elements more than one rounding step off (<= %lld; the "
-              "furthest: slot %lld element %d got %.6g ref %.6g allowance %.3g block amax %.4g), "
-              "worst decoded relative L2 %.3e (< %g), %lld pool bytes changed elsewhere", name,
-              seed, x->pool_off, off_cap(c), (long long)pw->slot, pw->index, pw->got, pw->ref,
-              pw->allow, pw->amax, x->pool_row, TOL_ROW, x->pool_stray);
-    if (x->pool_off > 0)
-        cr_log_warn("%s: %lld pool row elements past one step; the furthest: slot %lld element "
-                    "%d got %.6g ref %.6g allowance %.3g block amax %.4g", name, x->pool_off,
-                    (long long)pw->slot, pw->index, pw->got, pw->ref, pw->allow, pw->amax);
+    check_rows(name, seed, c, "fired c128 rows", "pool bytes changed elsewhere", x->pool_off,
+               &x->pool_worst, x->pool_row, x->pool_stray);
     cr_expect(x->ring_row < TOL_RING && x->ring_stray == 0, "%s (seed %llu): ring rows: worst "
               "relative L2 %.3e (< %g), %lld rows changed that no token writes", name, seed,
               x->ring_row, TOL_RING, x->ring_stray);
