@@ -271,13 +271,16 @@ static mla_status launch_decode_mma(mla_runtime *rt, const mla_attention_decode_
  * runs for the modes of mla__fq_sm90_default, or every mode with $MLAJIT_FAKEQUANT_DECODE=sm90. */
 static int use_sm90(const mla_runtime *rt, const mla_attention_decode_args *a, const dims *d) {
     const mla__kernel_kind *k = mla__kernel_kind_find("fakequant_decode_sm90");
-    /* its tile alternation (K, V unquantized, 16-bit q) takes NVFP4 P codes without the fallback
-     * for an infinite 1 / block scale: P's global scale at least 2^-100 */
-    int alt = !a->k_qdq && !a->v_qdq && !d->q_fp32;
-    if (alt && a->p_qdq == MLA_QDQ_NVFP4 && !(mla__fq_scale(a->p_qdq, a->p_qdq_amax) >= 0x1p-100f))
+    /* its tile alternation (a 16-bit q, any K / V / P modes: decode_sm90.cu kAltKv) takes NVFP4 P
+     * codes and flashmla/decode_sm90.cu's K / V quantizers, which have no fallback for an
+     * infinite reciprocal of a scale: every set K / V scale and an NVFP4 P's at least 2^-100 */
+    int alt = !d->q_fp32;
+    if (alt && ((a->p_qdq == MLA_QDQ_NVFP4 && !(mla__fq_scale(a->p_qdq, a->p_qdq_amax) >= 0x1p-100f)) ||
+                (a->k_qdq && !(mla__fq_scale(a->k_qdq, a->k_qdq_amax) >= 0x1p-100f)) ||
+                (a->v_qdq && !(mla__fq_scale(a->v_qdq, a->v_qdq_amax) >= 0x1p-100f))))
         return 0;
     return !rt->fakequant_decode_mma && k && !strcmp(rt->arch, k->only_arch) && d->page % 8 == 0 &&
-           (rt->fakequant_decode_sm90 || mla__fq_sm90_default(a->k_qdq, a->v_qdq, a->p_qdq));
+           (rt->fakequant_decode_sm90 || mla__fq_sm90_default(a->k_qdq, a->v_qdq, a->p_qdq, d->q_fp32));
 }
 
 /* Workspace slots of the sm_90a decode (for the longest request the block table holds): with P

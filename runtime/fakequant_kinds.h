@@ -93,11 +93,15 @@ static inline int mla__fq_mma_cluster(long long k_qdq, long long v_qdq) {
 /* sm_90a decode (decode_sm90.cu): the same parameter block as decode_mma.cu's and the cache's TMA
  * descriptor; 64 heads per CTA, page_size % 8 == 0; without P quantization one slot per chunk of
  * G "virtual splits" of MLA__FQ_SM90_VIRTUAL_TILES tiles, G = ceil(ceil(tiles / 64) / splits). */
-#define MLA__FQ_DECODE_SM90_SMEM 231968   /* decode_sm90.cu kSmemBytes */
-/* The modes (K, V, P) the sm_90a decode runs by default where it applies (else decode_mma.cu,
- * unless $MLAJIT_FAKEQUANT_DECODE=sm90): those where it measured faster on the H200
- * (docs/perf-notes.md, "Fake-quant decode on wgmma"). */
-static inline int mla__fq_sm90_default(int k_qdq, int v_qdq, int p_qdq) {
+#define MLA__FQ_DECODE_SM90_SMEM 231984   /* decode_sm90.cu kSmemBytes */
+/* The modes (K, V, P; q_fp32: q is fp32) the sm_90a decode runs by default where it applies (else
+ * decode_mma.cu, unless $MLAJIT_FAKEQUANT_DECODE=sm90): those where it measured faster on the
+ * H200 (docs/perf-notes.md, "Fake-quant decode on wgmma" and "Tenth session"). With P quantized
+ * and a 16-bit q its tile alternation takes K and V too (all fp8 at L 4096: 864 us against
+ * decode_mma.cu's 1984), except K and V both NVFP4 (2374 against 2132); with an fp32 q, the
+ * feature split. */
+static inline int mla__fq_sm90_default(int k_qdq, int v_qdq, int p_qdq, int q_fp32) {
+    if (p_qdq && !q_fp32) return !(k_qdq == 2 && v_qdq == 2);
     return (k_qdq != 2 && v_qdq != 2 && p_qdq != 2 && (k_qdq == 0 || v_qdq == 0)) ||
            (k_qdq == 0 && v_qdq == 0);   /* P alone, nvfp4 included (tile alternation) */
 }

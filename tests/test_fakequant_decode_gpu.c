@@ -56,6 +56,14 @@ static mlt_fq_case sweep[] = {
      * adds the residual product of q - fl16(q) */
     {"bf16 none q fp32 plain", 0, 2, 2, 16, {300, 45}, 64, 32, N0, N0, N0, 0, 0, 0, 3, 1},
     {"fp16 k fp8 + p nvfp4 q fp32 plain", 1, 2, 2, 8, {200, 64}, 32, 8, F8, N0, F4, 0, 0, 0, 0, 1},
+    /* K and / or V with P on the tile alternation ([sm90]): several tile pairs, a tail tile,
+     * two head blocks (80 heads, the second partial), an empty request; K alone with P (its raw V
+     * reload) with an odd tps */
+    {"bf16 all fp8 H80 lens 2300/77/0", 0, 0, 3, 80, {2300, 77, 0}, 64, 32, F8, F8, F8, 0, 0, 0, 0,
+     1},
+    {"bf16 k fp8 + p fp8 s3 lens 700/130", 0, 0, 2, 16, {700, 130}, 16, 3, F8, N0, F8, 2.0f, 0, 0,
+     0, 1},
+    {"fp16 all nvfp4 lens 1500/40", 1, 0, 2, 16, {1500, 40}, 32, 32, F4, F4, F4, 0, 0, 0, 0, 1},
 };
 
 /* K and / or V quantized, P not (on [dense] and by default where chosen: fakequant_decode_dense;
@@ -122,7 +130,7 @@ static const char *kind_of(const mla_runtime *rt, int which, const mlt_fq_case *
         dense_kv_case(c))
         return all_kinds[4];
     if (which == 0 || which == 4)
-        return sm90 && mla__fq_sm90_default(c->k, c->v, c->p) ? all_kinds[0] : all_kinds[1];
+        return sm90 && mla__fq_sm90_default(c->k, c->v, c->p, c->q_fp32 != 0) ? all_kinds[0] : all_kinds[1];
     if (which == 1) return sm90 ? all_kinds[0] : all_kinds[1];
     return all_kinds[which - 1];
 }

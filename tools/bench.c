@@ -185,6 +185,10 @@ static const bench_case cases[] = {
      "fake-quant decode b 128, h 128, page 64, bf16, K/V modes without P: L 4096 (none, k, v, kv in "
      "fp8 and nvfp4), L 16384 (none, k-fp8, v-fp8, kv-fp8)",
      bench_fakequant_decode_kv},
+    {"fakequant-decode-mix",
+     "fake-quant decode b 128, h 128, L 4096, page 64, bf16, K/V modes with P: k-fp8-p-fp8, "
+     "v-fp8-p-fp8, kv-fp8-p-nvfp4, k-nvfp4-p-fp8, v-nvfp4-p-fp8",
+     bench_fakequant_decode_mix},
     {"fakequant-prefill-8k",
      "fake-quant prefill S 8192 causal, h 128, d 192/128, bf16: none, fp8, nvfp4, 2:4",
      bench_fakequant_prefill_8k},

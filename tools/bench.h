@@ -119,6 +119,7 @@ int bench_fakequant_decode_p(bench_ctx *ctx);
 int bench_fakequant_decode_b4(bench_ctx *ctx);
 int bench_fakequant_decode_none(bench_ctx *ctx);
 int bench_fakequant_decode_kv(bench_ctx *ctx);
+int bench_fakequant_decode_mix(bench_ctx *ctx);
 int bench_fakequant_prefill_8k(bench_ctx *ctx);
 
 #endif /* MLAJIT_TOOLS_BENCH_H */

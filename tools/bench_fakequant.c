@@ -143,6 +143,12 @@ static const fq_mode fq_decode_kv_modes[] = {
     {"k-nvfp4", 2, 0, 0}, {"v-nvfp4", 0, 2, 0}, {"kv-nvfp4", 2, 2, 0},
 };
 
+/* K and / or V with P (the tile alternation of decode_sm90.cu or decode_mma.cu, by the modes). */
+static const fq_mode fq_decode_mix_modes[] = {
+    {"none", 0, 0, 0},          {"k-fp8-p-fp8", 1, 0, 1},   {"v-fp8-p-fp8", 0, 1, 1},
+    {"kv-fp8-p-nvfp4", 1, 1, 2}, {"k-nvfp4-p-fp8", 2, 0, 1}, {"v-nvfp4-p-fp8", 0, 2, 1},
+};
+
 enum { DQ, DCACHE, DBT, DLEN, DOUT, DLSE, DWS, N_DBUF };
 
 typedef struct fq_decode_bufs {
@@ -302,6 +308,12 @@ int bench_fakequant_decode_kv(bench_ctx *ctx) {
                                          fq_decode_kv_modes};
     int rc = fq_decode_run(ctx, &sh4);
     return rc != CLI_OK ? rc : fq_decode_run(ctx, &sh16);
+}
+
+/* K / V modes with P, L 4096. */
+int bench_fakequant_decode_mix(bench_ctx *ctx) {
+    static const fq_decode_shape sh = {"fq-dec-mix-4k", 4096, 230.0, FQ_B, 6, 0, fq_decode_mix_modes};
+    return fq_decode_run(ctx, &sh);
 }
 
 /* ---- prefill --------------------------------------------------------------------------------- */

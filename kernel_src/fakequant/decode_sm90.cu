@@ -49,7 +49,7 @@
 // element (r, k) at (k / 64) * piece + r * 128 + (((k % 64) / 8) ^ (r & 7)) * 16 + (k % 8) * 2):
 //   Q 64 x 512 (pieces of 8192) 0 | raw stages 4 x 32 x 576 (pieces of 4096) 65536 (K quantized:
 //   3 stages, then Kc) | sS [2 warpgroups][16 floats][128 threads] 212992 | mbarriers (one per
-//   stage) 229376 | 229408 bytes (the alternation's layout: 230944) + 1024 for alignment.
+//   stage) 229376 | 229408 bytes (the alternation's layout: 230960) + 1024 for alignment.
 #include "common/mbarrier.cuh"
 #include "common/wgmma.cuh"
 #include "fakequant/decode_mma.cu"
@@ -79,7 +79,7 @@ constexpr int kSBytes = 2 * 16 * kWg * 4;       // 16384
 constexpr int kBarOff = kSOff + kSBytes;        // 229376
 constexpr int kMxOff = kBarOff + 4 * 8;         // row maxima / sums of both warpgroups [2][64]
 constexpr int kSmemUsed = kMxOff + 2 * kHeads * 4;
-constexpr int kSmemBytes = 230944 + 1024;       // the larger layout (the alternation's, below)
+constexpr int kSmemBytes = 230960 + 1024;       // the larger layout (the alternation's, below)
 constexpr int kKSteps = kD / 16 / 2;            // 18 k16 steps per warpgroup
 constexpr int kVirtualTiles = 64;               // p none: the running max restarts every 64 tiles
 // P quantized: chunks of >= 128 tiles (4096 keys; runtime/fakequant_kinds.h
@@ -87,7 +87,7 @@ constexpr int kVirtualTiles = 64;               // p none: the running max resta
 // H200 (more CTA starts and partials), 256 the same as 128 at b 128 with half the CTAs for few
 // long requests (docs/perf-notes.md).
 constexpr int kPChunkTiles = 128;
-static_assert(kSmemBytes == 231968, "runtime/fakequant_kinds.h MLA__FQ_DECODE_SM90_SMEM");
+static_assert(kSmemBytes == 231984, "runtime/fakequant_kinds.h MLA__FQ_DECODE_SM90_SMEM");
 static_assert(kSmemUsed + 1024 <= kSmemBytes, "the feature split's layout fits");
 static_assert(kSmemBytes <= 232448, "fits the sm_90 shared memory of one CTA");
 static_assert(kStageOff % 1024 == 0 && kTileB % 1024 == 0, "swizzle atoms 1024-aligned");
@@ -617,7 +617,8 @@ __device__ __forceinline__ void run_chunk(const MmaDecodeParams &p, const TmaDes
 // 8192) 0 | tile buffers K0, K1 (9 pieces of 64 rows each, 73728) 65536, 139264 | P tiles sP0, sP1
 // (64 x 64) 212992, 221184 | row maxima of warpgroup 0's tile [2 halves][64] 229376, of warpgroup
 // 1's tile [2 pair parities][2 halves][64] 229888 | mbarriers K0 pieces 0-3, K0 pieces 4-8, K1
-// pieces 0-3, K1 pieces 4-8 230912 | 230944.
+// pieces 0-3, K1 pieces 4-8 230912 | mbarriers R0, R1 (K quantized: the raw V reload of warpgroup
+// 0's / 1's tile) 230944 | 230960.
 constexpr int kAPiece = flashmla::sm90::kPieceBytes;   // 8192: 64 rows x 128 bytes
 constexpr int kATileB = 9 * kAPiece;                    // 73728
 constexpr int kAK0 = kHeads * kRank * 2;                // 65536
@@ -627,7 +628,8 @@ constexpr int kAP1 = kAP0 + kAPiece;                    // 221184
 constexpr int kAMx0 = kAP1 + kAPiece;                   // 229376
 constexpr int kAMx1 = kAMx0 + 2 * kHeads * 4;           // 229888
 constexpr int kABar = kAMx1 + 4 * kHeads * 4;           // 230912
-constexpr int kAUsed = kABar + 4 * 8;                   // 230944
+constexpr int kARBar = kABar + 4 * 8;                   // 230944: R0, R1 (K quantized)
+constexpr int kAUsed = kARBar + 2 * 8;                  // 230960
 static_assert(kAK0 % 1024 == 0 && kAK1 % 1024 == 0 && kAP0 % 1024 == 0 && kAP1 % 1024 == 0,
               "swizzle atoms 1024-aligned");
 static_assert(kAUsed + 1024 <= kSmemBytes, "the launch's shared memory holds the alternation");
@@ -642,6 +644,9 @@ enum AltBarrier : int { kAM0 = 1, kAM1 = 2, kAP0Bar = 3, kAP1Bar = 4, kAP0Free =
 // under warpgroup 0's softmax and P codes, and warpgroup 1's under warpgroup 0's first P V,
 // instead of both products together and both softmaxes together with the tensor cores idle.
 constexpr bool kAltSkew = true;
+// K and / or V quantized with a 16-bit q: the alternation too (its hooks, run_alt64), else the
+// feature split (A/B switch).
+constexpr bool kAltKv = true;
 
 // The key row thread wt of a warpgroup supplies for the 64-key tile at key t0 (row wt / 2): its
 // block (-1: t >= t_stop, read as zeros) and its row in the page (the block-table read is issued
@@ -661,15 +666,18 @@ __device__ __forceinline__ BoxRef row_ref64(const MmaDecodeParams &p, const int 
 // Pieces [kLo, kHi) of a 64-key tile into buf by TMA, completing on bar: the threads wt = 2 k R
 // of the warpgroup (R the box rows, a power of two <= 32 dividing the page size, so that a box
 // never straddles a page or a spec tile) issue the boxes of rows [k R, k R + R), thread 0 posts the
-// bytes.
-template <int kLo, int kHi>
+// bytes. kEvictFirst false: an evict_normal L2 policy (K quantized: the tile's raw V is read again
+// by its reload after the Q K^T).
+template <int kLo, int kHi, bool kEvictFirst = true>
 __device__ __forceinline__ void load64(const MmaDecodeParams &p, const TmaDesc &tk, unsigned buf,
                                        unsigned bar, BoxRef r, int wt) {
     const int rows = min(p.page_size & -p.page_size, kTile);
     if (wt == 0) mbarrier_arrive_expect_tx(bar, (kHi - kLo) * kAPiece);
     if ((wt & (2 * rows - 1)) == 0) {
         const unsigned dst = buf + (wt >> 1) * 128;
-        const unsigned long long policy = flashmla::l2_policy_evict_first();
+        const unsigned long long policy = kEvictFirst
+                                              ? flashmla::l2_policy_evict_first()
+                                              : flashmla::sm90::l2_policy_evict_normal();
 #pragma unroll
         for (int pc = kLo; pc < kHi; pc++)
             tma_load_4d(dst + pc * kAPiece, &tk, bar, pc * 64, 0, r.row, r.blk, policy);
@@ -749,9 +757,11 @@ __device__ __forceinline__ float p_code_nvfp4(float x, const Nvfp4Scale &s) {
 }
 
 // p = 2^(x - e) of each half in place, the unquantized row sums of the halves times g added to lw,
-// then the P codes (after the row sum) times g, rounded to the cache dtype, as the A fragments of
-// the 4 k16 steps of P V (pa[kk]: keys [16 kk, +16), rows r and r + 8).
-template <bool kF16, int kP>
+// then the P codes (after the row sum) times g, rounded to the MMA type of P V (kF16M: float16,
+// with V quantized, whose codes are fp16; else the cache dtype), as the A fragments of the 4 k16
+// steps of P V (pa[kk]: keys [16 kk, +16), rows r and r + 8). kF16: the cache dtype (NVFP4 P's
+// carrier).
+template <bool kF16, int kP, bool kF16M = kF16>
 __device__ __forceinline__ void p_codes64(float (&x)[8][4], const float (&e)[2][2],
                                           const float (&g)[2][2], const MmaDecodeParams &p,
                                           float rp, float p6, float rp6, float (&lw)[2],
@@ -794,7 +804,7 @@ __device__ __forceinline__ void p_codes64(float (&x)[8][4], const float (&e)[2][
                 } else {
                     c0 = x0, c1 = x1;
                 }
-                pa[kk][(j & 1) * 2 + h] = mmadec::pack2<kF16>(c0 * gg, c1 * gg);
+                pa[kk][(j & 1) * 2 + h] = mmadec::pack2<kF16M>(c0 * gg, c1 * gg);
             }
         }
     }
@@ -814,7 +824,9 @@ __device__ __forceinline__ void store_pa(unsigned char *tile, const unsigned (&p
 }
 
 // The kernel's first two 64-key tiles of the chunk (spec tiles [t_begin, t_begin + n)), warpgroup
-// 0 loading pieces 0-3 of both, warpgroup 1 pieces 4-8; mbarriers initialized.
+// 0 loading pieces 0-3 of both, warpgroup 1 pieces 4-8; mbarriers initialized (kEvictFirst:
+// load64's).
+template <bool kEvictFirst>
 __device__ __forceinline__ void alt_prologue(const MmaDecodeParams &p, const TmaDesc &tk,
                                              unsigned base, int s, int t_begin, int n, int b) {
     const int wt = threadIdx.x & (kWg - 1), w = threadIdx.x >> 7;
@@ -824,11 +836,11 @@ __device__ __forceinline__ void alt_prologue(const MmaDecodeParams &p, const Tma
     const BoxRef rb = row_ref64(p, bt_row, key0 + 64, s_eff, wt);
     const unsigned k0 = base + kAK0, k1 = base + kAK1, bar = base + kABar;
     if (w == 0) {
-        load64<0, 4>(p, tk, k0, bar, ra, wt);
-        if (n > 2) load64<0, 4>(p, tk, k1, bar + 16, rb, wt);
+        load64<0, 4, kEvictFirst>(p, tk, k0, bar, ra, wt);
+        if (n > 2) load64<0, 4, kEvictFirst>(p, tk, k1, bar + 16, rb, wt);
     } else {
-        load64<4, 9>(p, tk, k0, bar + 8, ra, wt);
-        if (n > 2) load64<4, 9>(p, tk, k1, bar + 24, rb, wt);
+        load64<4, 9, kEvictFirst>(p, tk, k0, bar + 8, ra, wt);
+        if (n > 2) load64<4, 9, kEvictFirst>(p, tk, k1, bar + 24, rb, wt);
     }
 }
 
@@ -847,10 +859,21 @@ __device__ __forceinline__ void alt_prologue(const MmaDecodeParams &p, const Tma
 // pieces 4-8 by warpgroup 1 after sP0 V_a,R; K1 pieces 0-3 by warpgroup 0 after sP1 V_b,L,
 // pieces 4-8 by warpgroup 1 after P'_b V_b,R. V rows past the chunk's keys of a tail tile are
 // zeroed before P V (TMA reads whole boxes).
-template <bool kF16, int kP>
+// K and V quantized (kK, kV; the hooks of flashmla/decode_sm90.cu attend_chunk90_fq, whose
+// quantizers they call): the warpgroup that computes a tile's S writes the K codes of its 9
+// pieces in place once each share has landed (qk_tile's hook), and after its S reloads the tile's
+// raw V (pieces 0-7, mbarrier R0 / R1; the tile loads then keep an evict_normal L2 policy), waited
+// for (and its tail rows zeroed) before its P is published, so that the other warpgroup's P V
+// reads raw V too; each warpgroup writes the V codes (fp16) of its own O columns of a tile right
+// before its P V on them, and P V runs in fp16 (P' rounded to fp16 instead of the cache dtype).
+// The factors k_scale and p_scale v_scale are qk_eff's and pv_eff's, as in run_chunk.
+template <bool kF16, int kK, int kV, int kP>
 __device__ __forceinline__ void run_alt64(const MmaDecodeParams &p, const TmaDesc &tk,
                                           unsigned char *smem, const unsigned (&q8)[4][4], int s,
                                           int t_begin, int n, int tps, int b, int h0, int chunk) {
+    constexpr bool kKq = kK != kNone;
+    constexpr bool kF16P = kV != kNone || kF16;   // P and V of P V (V codes: fp16)
+    constexpr bool kEF = !kKq;                    // evict_first tile loads (read once)
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wi = warp & 3, w = warp >> 2;
     const int wt = tid & (kWg - 1);
     const unsigned base = flashmla::smem_addr(smem);
@@ -868,6 +891,34 @@ __device__ __forceinline__ void run_alt64(const MmaDecodeParams &p, const TmaDes
     const float rp = __frcp_rn(p.p_scale);
     const float p6 = __fmul_rn(6.f, p.p_scale), rp6 = __frcp_rn(p6);
     unsigned phase[2] = {0, 0};
+
+    // K / V quantization: this warpgroup's tile and its reload mbarrier (R0 / R1, parity rphase).
+    unsigned char *const own = smem + (w == 0 ? kAK0 : kAK1);
+    const unsigned own_addr = w == 0 ? k0 : k1, rbar = base + kARBar + 8 * w;
+    unsigned rphase = 0;
+    BoxRef rl = {-1, 0};   // the rows of the own tile (its reload)
+    if constexpr (kKq) rl = row_ref64(p, bt_row, key0 + 64 * w, s_eff, wt);
+    // K codes of the own tile's pieces [lo, hi), after their mbarrier (qk_tile's hook)
+    auto k_codes = [&](int lo, int hi) {
+        flashmla::sm90::quantize_k_pieces<kF16, kK>(own, lo, hi, p.k_scale, wt, w);
+    };
+    // K quantized: once the own S is done, the own tile's raw V again
+    auto reload = [&] {
+        if constexpr (kKq) load64<0, 8, false>(p, tk, own_addr, rbar, rl, wt);
+    };
+    // K quantized: waits for that raw V (before the own P is published), then zeroes its rows past
+    // the chunk (the tile at key t0)
+    auto raw_v_back = [&](int t0) {
+        if constexpr (kKq) {
+            mbarrier_wait_parity(rbar, rphase);
+            rphase ^= 1;
+            if (t0 + 64 > s_eff) flashmla::sm90::zero_tail_rows(own, s_eff - t0, w, wt);
+        }
+    };
+    // V quantized: the codes of this warpgroup's V columns of the tile at buf
+    auto v_codes = [&](unsigned char *buf) {
+        flashmla::sm90::quantize_v_half<kF16, kV>(buf, w, p.v_scale, wt, w);
+    };
 
     for (int ta = 0; ta < n64; ta += 2) {
         const int tb = ta + 1, par = (ta >> 1) & 1;
@@ -887,19 +938,23 @@ __device__ __forceinline__ void run_alt64(const MmaDecodeParams &p, const TmaDes
         // This warpgroup's S (at the top of the pair, not at the end of the last one: ptxas
         // serialized every wgmma of the kernel, C7520, with a first S before the loop).
         if (w == 0) {
-            flashmla::sm90::qk_tile<kF16, false>(sc, q8, q_a, k0, bar0, phase[0]);
+            flashmla::sm90::qk_tile<kF16, false>(sc, q8, q_a, k0, bar0, phase[0], k_codes);
             phase[0] ^= 1;
             if (kAltSkew) named_barrier_arrive(kAQ0, kThreads);
+            reload();
         } else {
             if (kAltSkew) named_barrier_sync(kAQ0, kThreads);   // warpgroup 0's S done
             if (has_b) {
-                flashmla::sm90::qk_tile<kF16, false>(sc, q8, q_a, k1, bar1, phase[1]);
+                flashmla::sm90::qk_tile<kF16, false>(sc, q8, q_a, k1, bar1, phase[1], k_codes);
                 phase[1] ^= 1;
+                reload();
             }
         }
+        if constexpr (kKq) rl = w == 0 ? na : nb;
         if (w == 0) {
             const int t0 = key0 + ta * 64;
-            if (t0 + 64 > s_eff) flashmla::sm90::zero_tail_rows(smem + kAK0, s_eff - t0, 0, wt);
+            if (!kKq && t0 + 64 > s_eff)
+                flashmla::sm90::zero_tail_rows(smem + kAK0, s_eff - t0, 0, wt);
             scale_mask64(sc, t0, s_eff, p.qk_eff, lane, mxa);
             if ((lane & 3) == 0) {
 #pragma unroll
@@ -909,14 +964,16 @@ __device__ __forceinline__ void run_alt64(const MmaDecodeParams &p, const TmaDes
             named_barrier_arrive(kAM0, kThreads);
             split_step64(rs, mxa, sta, va, Fa, ea, ga);
             flashmla::sm90::scale_o(o, Fa);
-            p_codes64<kF16, kP>(sc, ea, ga, p, rp, p6, rp6, lw, pa);
+            p_codes64<kF16, kP, kF16P>(sc, ea, ga, p, rp, p6, rp6, lw, pa);
+            raw_v_back(t0);
             if (ta > 0) named_barrier_sync(kAP0Free, kThreads);   // the last pair's sP0 read
             store_pa(smem + kAP0, pa, r0, lane);
             fence_proxy_async_shared();
             named_barrier_arrive(kAP0Bar, kThreads);
+            v_codes(smem + kAK0);
             flashmla::sm90::reg_fence(o);
             wgmma_fence();
-            flashmla::sm90::pv_issue_rs<kF16>(o, pa, k0, 0);
+            flashmla::sm90::pv_issue_rs<kF16P>(o, pa, k0, 0);
             wgmma_commit_group();
             named_barrier_sync(kAM1, kThreads);   // tile b's maxima (and its Q K^T done)
             const float *m1 = mx1s + par * 2 * kHeads;
@@ -928,15 +985,18 @@ __device__ __forceinline__ void run_alt64(const MmaDecodeParams &p, const TmaDes
             for (int h = 0; h < 2; h++) L[h] = (L[h] * Fa[h] + lw[h]) * Fb[h];
             wgmma_wait_group<0>();
             flashmla::sm90::reg_fence(o);
-            if (next_a) load64<0, 4>(p, tk, k0, bar0, na, wt);   // V_a,L consumed
+            if (next_a) load64<0, 4, kEF>(p, tk, k0, bar0, na, wt);   // V_a,L consumed
             flashmla::sm90::scale_o(o, Fb);
-            if (has_b) flashmla::sm90::pv_remote<kF16>(o, kAP1Bar, base + kAP1, k1, 0);
-            if (next_b) load64<0, 4>(p, tk, k1, bar1, nb, wt);   // V_b,L consumed
+            if (has_b)
+                flashmla::sm90::pv_remote<kF16P>(o, kAP1Bar, base + kAP1, k1, 0,
+                                                 [&] { v_codes(smem + kAK1); });
+            if (next_b) load64<0, 4, kEF>(p, tk, k1, bar1, nb, wt);   // V_b,L consumed
         } else {
             const int t0 = key0 + tb * 64;
             mxb[0][0] = mxb[0][1] = mxb[1][0] = mxb[1][1] = neg_inf();
             if (has_b) {
-                if (t0 + 64 > s_eff) flashmla::sm90::zero_tail_rows(smem + kAK1, s_eff - t0, 1, wt);
+                if (!kKq && t0 + 64 > s_eff)
+                    flashmla::sm90::zero_tail_rows(smem + kAK1, s_eff - t0, 1, wt);
                 scale_mask64(sc, t0, s_eff, p.qk_eff, lane, mxb);
             }
             float *m1 = mx1s + par * 2 * kHeads;
@@ -954,21 +1014,26 @@ __device__ __forceinline__ void run_alt64(const MmaDecodeParams &p, const TmaDes
             split_step64(rs, mxb, stb, vb, Fb, eb, gb);
             flashmla::sm90::scale_o(o, Fa);
             if (has_b) {
-                p_codes64<kF16, kP>(sc, eb, gb, p, rp, p6, rp6, lw, pa);
+                p_codes64<kF16, kP, kF16P>(sc, eb, gb, p, rp, p6, rp6, lw, pa);
+                raw_v_back(t0);
                 store_pa(smem + kAP1, pa, r0, lane);
                 fence_proxy_async_shared();
                 named_barrier_arrive(kAP1Bar, kThreads);
             }
-            flashmla::sm90::pv_remote<kF16>(o, kAP0Bar, base + kAP0, k0, 1);
+            flashmla::sm90::pv_remote<kF16P>(o, kAP0Bar, base + kAP0, k0, 1,
+                                             [&] { v_codes(smem + kAK0); });
             if (next_a) {
                 named_barrier_arrive(kAP0Free, kThreads);
-                load64<4, 9>(p, tk, k0, bar0 + 8, na, wt);   // V_a,R consumed
+                load64<4, 9, kEF>(p, tk, k0, bar0 + 8, na, wt);   // V_a,R consumed
             }
 #pragma unroll
             for (int h = 0; h < 2; h++) L[h] = L[h] * Fa[h] * Fb[h] + lw[h];
             flashmla::sm90::scale_o(o, Fb);
-            if (has_b) flashmla::sm90::pv_rs_wait<kF16>(o, pa, k1, 1);
-            if (next_b) load64<4, 9>(p, tk, k1, bar1 + 8, nb, wt);   // V_b,R consumed
+            if (has_b) {
+                v_codes(smem + kAK1);
+                flashmla::sm90::pv_rs_wait<kF16P>(o, pa, k1, 1);
+            }
+            if (next_b) load64<4, 9, kEF>(p, tk, k1, bar1 + 8, nb, wt);   // V_b,R consumed
         }
     }
     // Row sums: both warpgroups' parts, added in the same order (mx0s free once both are here).
@@ -1013,11 +1078,11 @@ __global__ void __launch_bounds__(sm90dec::kThreads, 1) decode_sm90_kernel(
     // alternation that quantizes each V tile in both warpgroups: docs/perf-notes.md, sixth
     // session; with an fp32 q it adds the residual product of a q not exact in 16 bits, which in
     // the alternation made ptxas serialize every wgmma, C7520).
-    constexpr bool kAlt = kK == kNone && kV == kNone && !kQ32;
+    constexpr bool kAlt = (kAltKv || (kK == kNone && kV == kNone)) && !kQ32;
     if constexpr (kAlt) {   // the first two 64-key tiles (a 16-bit q needs no vote)
-        if (tid < 4) mbarrier_init(base + kABar + tid * 8, 1);
+        if (tid < 6) mbarrier_init(base + kABar + tid * 8, 1);   // K0, K1 shares; R0, R1
         __syncthreads();
-        alt_prologue(p, tk, base, s, t_begin, n, b);
+        alt_prologue<kK == kNone>(p, tk, base, s, t_begin, n, b);
     } else {
         if (tid < kStages) mbarrier_init(base + kBarOff + tid * 8, 1);
         __syncthreads();
@@ -1077,7 +1142,7 @@ __global__ void __launch_bounds__(sm90dec::kThreads, 1) decode_sm90_kernel(
     fence_proxy_async_shared();
     const bool need_lo = __syncthreads_or(inexact) != 0;
     if constexpr (kAlt)
-        run_alt64<kF16, kP>(p, tk, smem, q8, s, t_begin, n, tps, b, h0, chunk);
+        run_alt64<kF16, kK, kV, kP>(p, tk, smem, q8, s, t_begin, n, tps, b, h0, chunk);
     else
         run_chunk<kF16, kK, kV, kP>(p, tk, smem, q8, s, t_begin, n, tps, b, h0, chunk, need_lo);
 }
