@@ -334,10 +334,10 @@ static mla_status launch_decode_sm90(mla_runtime *rt, const mla_attention_decode
     mla__fq_decode_mma_params p = mma_params(a, d, slots);
     mla__spec spec;
     MLA_FORWARD_IF_ERROR(decode_spec(a, d, "fakequant_decode_sm90", &spec));
-    /* q_fp32 changes the kernel only without K and V quantization (the feature split instead of
-     * the tile alternation); elsewhere 0, so that both q dtypes share one specialization */
-    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "q_fp32",
-                                       d->q_fp32 && !a->k_qdq && !a->v_qdq ? 1 : 0));
+    /* q_fp32: the feature split (with the residual product of an inexact q) instead of the tile
+     * alternation, which takes a 16-bit q only; for every K / V / P mode, since the alternation
+     * takes them all (decode_sm90.cu kAltKv) */
+    MLA_FORWARD_IF_ERROR(mla__spec_add(&spec, "q_fp32", d->q_fp32 ? 1 : 0));
     const mla__kernel *k = NULL;
     MLA_FORWARD_IF_ERROR(mla__get_kernel(rt, &spec, &k));
     unsigned hb = (unsigned)((d->heads + MLA__FQ_MMA_HEADS - 1) / MLA__FQ_MMA_HEADS);

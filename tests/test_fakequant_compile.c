@@ -26,7 +26,7 @@ typedef struct compile_case {
 
 #define N_PREFILL 12
 #define N_PER_ARCH (6 + 2 * 54 + 3 + 2 + 2 * N_PREFILL + 6)
-#define N_SM90 60   /* the sm_90a decode, for sm_90a only (its kind's only arch): 54 + 6 with q_fp32 */
+#define N_SM90 108   /* the sm_90a decode, for sm_90a only (its kind's only arch): 54 x q_fp32 0, 1 */
 #define N_DENSE_KV 18   /* fakequant_decode_dense (sm_90a only): 2 dtypes x 9 K/V modes (none: the
                           self-scheduled unquantized path) */
 static compile_case cases[2 * N_PER_ARCH + N_PREFILL + N_SM90 + N_DENSE_KV];
@@ -92,13 +92,13 @@ static void fill_cases(void) {
             c->v[8] = 4, c->v[9] = 32;
         }
         /* the sm_90a decode (wgmma, TMA): every specialization the runtime uses, for sm_90a only
-         * (q_fp32 1 only without K and V quantization, runtime/fakequant_decode.c) */
+         * (q_fp32 0 and 1 for every mode, runtime/fakequant_decode.c) */
         if (a == 0)
             for (int c = 0; c < 2; c++)
                 for (int k = 0; k < 3; k++)
                     for (int v = 0; v < 3; v++)
                         for (int p = 0; p < 3; p++)
-                            for (int q = 0; q < (k || v ? 1 : 2); q++)
+                            for (int q = 0; q < 2; q++)
                                 add_case(&n, archs[a], "fakequant_decode_sm90", 5, c, k, v, p)
                                     ->v[4] = q;
         /* K / V quantized on the dense sm_90a decode: every specialization, for sm_90a only */

@@ -64,6 +64,8 @@ static mlt_fq_case sweep[] = {
     {"bf16 k fp8 + p fp8 s3 lens 700/130", 0, 0, 2, 16, {700, 130}, 16, 3, F8, N0, F8, 2.0f, 0, 0,
      0, 1},
     {"fp16 all nvfp4 lens 1500/40", 1, 0, 2, 16, {1500, 40}, 32, 32, F4, F4, F4, 0, 0, 0, 0, 1},
+    /* and with a plain fp32 q: the feature split with its residual product, not the alternation */
+    {"bf16 all fp8 q fp32 plain", 0, 2, 2, 16, {300, 45}, 64, 32, F8, F8, F8, 0, 0, 0, 0, 1},
 };
 
 /* K and / or V quantized, P not (on [dense] and by default where chosen: fakequant_decode_dense;

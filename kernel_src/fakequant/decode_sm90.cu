@@ -647,6 +647,8 @@ constexpr bool kAltSkew = true;
 // K and / or V quantized with a 16-bit q: the alternation too (its hooks, run_alt64), else the
 // feature split (A/B switch).
 constexpr bool kAltKv = true;
+// Lazy rescaling of the alternation's O (split_step64's kLz; A/B switch).
+constexpr bool kAltLazy = true;
 
 // The key row thread wt of a warpgroup supplies for the 64-key tile at key t0 (row wt / 2): its
 // block (-1: t >= t_stop, read as zeros) and its row in the page (the block-table read is issued
@@ -718,6 +720,14 @@ __device__ __forceinline__ void scale_mask64(float (&x)[8][4], int t0, int s_end
 // added); the tile's exponent R is the largest e of its added halves, g[k] = 2^(e[k] - R) (0: not
 // added) the factor of half k's P and row sum, F = 2^(E - R) (1 for the chunk's first keys) the
 // factor O and L take before the tile is added, and E = R after it.
+// kLz > 0 (lazy rescaling, as flashmla/decode_sm90.cu's kLazyMax): E moves to R only when R
+// exceeds it by more than kLz (or E is -inf), so that F is 1 and O's rescale is skipped on nearly
+// every tile (with the exact E it ran on every tile: the split maxima move with the data); g[k] =
+// 2^(e[k] - E) <= 2^kLz then. E is only the reference exponent of O and L (out = O / L, lse = E +
+// log2 L), so the result does not depend on it but for the rounding of P' = QP(p) g to the MMA
+// type, which is now one rounding of most P' values (at most 2^-9 of them in bf16, 2^-11 in
+// fp16; the upstream kernels round QP(p) p_scale to the cache dtype once as well).
+template <int kLz = 0>
 __device__ __forceinline__ void split_step64(RowSplit &st, const float (&mx)[2][2],
                                              const bool (&start)[2], const bool (&valid)[2],
                                              float (&F)[2], float (&e)[2][2], float (&g)[2][2]) {
@@ -739,8 +749,15 @@ __device__ __forceinline__ void split_step64(RowSplit &st, const float (&mx)[2][
             R = select(use[k], fmaxf(R, mn), R);
         }
         const bool any = R != neg_inf();
-        F[h] = select(any && st.E[h] != neg_inf(), exp2f(st.E[h] - R), 1.f);
-        st.E[h] = select(any, R, st.E[h]);
+        if constexpr (kLz > 0) {
+            const bool move = any && !(R <= st.E[h] + float(kLz));   // E = -inf: moves
+            F[h] = select(move && st.E[h] != neg_inf(), exp2f(st.E[h] - R), 1.f);
+            st.E[h] = select(move, R, st.E[h]);
+            R = st.E[h];
+        } else {
+            F[h] = select(any && st.E[h] != neg_inf(), exp2f(st.E[h] - R), 1.f);
+            st.E[h] = select(any, R, st.E[h]);
+        }
 #pragma unroll
         for (int k = 0; k < 2; k++) g[k][h] = select(use[k], exp2f(e[k][h] - R), 0.f);
     }
@@ -874,6 +891,12 @@ __device__ __forceinline__ void run_alt64(const MmaDecodeParams &p, const TmaDes
     constexpr bool kKq = kK != kNone;
     constexpr bool kF16P = kV != kNone || kF16;   // P and V of P V (V codes: fp16)
     constexpr bool kEF = !kKq;                    // evict_first tile loads (read once)
+    // Lazy E (split_step64) with P quantized: P' = QP(p) g <= max code 2^kLz, within fp16's range
+    // where P V is fp16 (fp8 codes <= 448: 2^7; NVFP4 codes <= 2688: 2^4). Not without P
+    // quantization: E would then carry over the virtual splits a chunk folds, and the rounding
+    // of P' with it, so that num_kv_splits (which sets the folding) would move the results by
+    // more than the merge order (test splits_only_reorder_no_quant).
+    constexpr int kLz = !kAltLazy || kP == kNone ? 0 : !kF16P ? 8 : kP == kFp8 ? 7 : 4;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wi = warp & 3, w = warp >> 2;
     const int wt = tid & (kWg - 1);
     const unsigned base = flashmla::smem_addr(smem);
@@ -962,7 +985,7 @@ __device__ __forceinline__ void run_alt64(const MmaDecodeParams &p, const TmaDes
                     mx0s[k * kHeads + r0] = mxa[k][0], mx0s[k * kHeads + r0 + 8] = mxa[k][1];
             }
             named_barrier_arrive(kAM0, kThreads);
-            split_step64(rs, mxa, sta, va, Fa, ea, ga);
+            split_step64<kLz>(rs, mxa, sta, va, Fa, ea, ga);
             flashmla::sm90::scale_o(o, Fa);
             p_codes64<kF16, kP, kF16P>(sc, ea, ga, p, rp, p6, rp6, lw, pa);
             raw_v_back(t0);
@@ -980,7 +1003,7 @@ __device__ __forceinline__ void run_alt64(const MmaDecodeParams &p, const TmaDes
 #pragma unroll
             for (int k = 0; k < 2; k++)
                 mxb[k][0] = m1[k * kHeads + r0], mxb[k][1] = m1[k * kHeads + r0 + 8];
-            split_step64(rs, mxb, stb, vb, Fb, eb, gb);
+            split_step64<kLz>(rs, mxb, stb, vb, Fb, eb, gb);
 #pragma unroll
             for (int h = 0; h < 2; h++) L[h] = (L[h] * Fa[h] + lw[h]) * Fb[h];
             wgmma_wait_group<0>();
@@ -1010,8 +1033,8 @@ __device__ __forceinline__ void run_alt64(const MmaDecodeParams &p, const TmaDes
 #pragma unroll
             for (int k = 0; k < 2; k++)
                 mxa[k][0] = mx0s[k * kHeads + r0], mxa[k][1] = mx0s[k * kHeads + r0 + 8];
-            split_step64(rs, mxa, sta, va, Fa, ea, ga);
-            split_step64(rs, mxb, stb, vb, Fb, eb, gb);
+            split_step64<kLz>(rs, mxa, sta, va, Fa, ea, ga);
+            split_step64<kLz>(rs, mxb, stb, vb, Fb, eb, gb);
             flashmla::sm90::scale_o(o, Fa);
             if (has_b) {
                 p_codes64<kF16, kP, kF16P>(sc, eb, gb, p, rp, p6, rp6, lw, pa);
