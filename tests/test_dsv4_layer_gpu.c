@@ -146,7 +146,8 @@ static void check_barriers(mla_runtime *rt, const char *name, CUdeviceptr ws) {
 
 /* The written KV or pool rows (what: their name; stray_what: the bytes outside them): at most
  * off_cap elements past one rounding step, the worst row under TOL_ROW, no stray byte; the element
- * furthest past its allowance is named (and logged whenever any is past). */
+ * furthest past its allowance is named (and printed to stderr whenever any is past: not with
+ * cr_log_warn, which makes Criterion 2.4 exit 1 although every test passed). */
 static void check_rows(const char *name, unsigned long long seed, const mlt_dsv4_case *c,
                        const char *what, const char *stray_what, long long off,
                        const mlt_dsv4_off_elem *w, double row, long long stray) {
@@ -156,9 +157,9 @@ static void check_rows(const char *name, unsigned long long seed, const mlt_dsv4
               "%.3e (< %g), %lld %s", name, seed, what, off, off_cap(c), (long long)w->slot,
               w->index, w->got, w->ref, w->allow, w->amax, row, TOL_ROW, stray, stray_what);
     if (off > 0)
-        cr_log_warn("%s: %s: %lld elements past one step; the furthest: slot %lld element %d got "
-                    "%.6g ref %.6g allowance %.3g block amax %.4g", name, what, off,
-                    (long long)w->slot, w->index, w->got, w->ref, w->allow, w->amax);
+        fprintf(stderr, "[note] %s: %s: %lld elements past one step; the furthest: slot %lld "
+                "element %d got %.6g ref %.6g allowance %.3g block amax %.4g\n", name, what, off,
+                (long long)w->slot, w->index, w->got, w->ref, w->allow, w->amax);
 }
 
 static void check_errors(const char *name, const mlt_dsv4_case *c, const mlt_dsv4_errors *x,

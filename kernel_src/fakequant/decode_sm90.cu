@@ -24,9 +24,10 @@
 // num_blocks), boxes of 64 columns x R rows, R = min(largest power of two dividing page_size, 32),
 // 128-byte swizzle).
 //
-// CTA: 64 heads of one request and chunk (grid: head blocks, slots, batch), two warpgroups. With K
-// and V unquantized (and a 16-bit q) they take alternate 64-key tiles (run_alt64, below, with its
-// own shared-memory layout); otherwise (the feature split, run_chunk) each computes a *partial* S of the whole 64 x 32 tile over half of the 576 features (warpgroup w:
+// CTA: 64 heads of one request and chunk (grid: head blocks, slots, batch), two warpgroups. With a
+// 16-bit q they take alternate 64-key tiles (run_alt64, below, with its own shared-memory layout;
+// K and V quantized there through the dense fake-quant kernel's code hooks); with an fp32 q (the
+// feature split, run_chunk) each computes a *partial* S of the whole 64 x 32 tile over half of the 576 features (warpgroup w:
 // features [256 w, +256) with Q from shared memory, and [512 + 32 w, +32) of the RoPE part with
 // Q from registers: 18 wgmma.m64n32k16, K from shared memory), the two partials are exchanged
 // through shared memory and summed in the same order by both, so both hold the same S and run the
@@ -649,6 +650,14 @@ constexpr bool kAltSkew = true;
 constexpr bool kAltKv = true;
 // Lazy rescaling of the alternation's O (split_step64's kLz; A/B switch).
 constexpr bool kAltLazy = true;
+// The factors F and g of split_step64 by ex2.approx (flashmla::ex2, as p itself: 2 ulp, subnormal
+// results flushed: a factor below 2^-126 of O or of a half's P) instead of exp2f (its scaling
+// steps for subnormal results: 3 more instructions each, 24 factors a pair and thread). A/B switch.
+constexpr bool kAltFastEx2 = true;
+__device__ __forceinline__ float alt_ex2(float x) {
+    if constexpr (kAltFastEx2) return flashmla::ex2(x);
+    else return exp2f(x);
+}
 
 // The key row thread wt of a warpgroup supplies for the 64-key tile at key t0 (row wt / 2): its
 // block (-1: t >= t_stop, read as zeros) and its row in the page (the block-table read is issued
@@ -751,15 +760,15 @@ __device__ __forceinline__ void split_step64(RowSplit &st, const float (&mx)[2][
         const bool any = R != neg_inf();
         if constexpr (kLz > 0) {
             const bool move = any && !(R <= st.E[h] + float(kLz));   // E = -inf: moves
-            F[h] = select(move && st.E[h] != neg_inf(), exp2f(st.E[h] - R), 1.f);
+            F[h] = select(move && st.E[h] != neg_inf(), alt_ex2(st.E[h] - R), 1.f);
             st.E[h] = select(move, R, st.E[h]);
             R = st.E[h];
         } else {
-            F[h] = select(any && st.E[h] != neg_inf(), exp2f(st.E[h] - R), 1.f);
+            F[h] = select(any && st.E[h] != neg_inf(), alt_ex2(st.E[h] - R), 1.f);
             st.E[h] = select(any, R, st.E[h]);
         }
 #pragma unroll
-        for (int k = 0; k < 2; k++) g[k][h] = select(use[k], exp2f(e[k][h] - R), 0.f);
+        for (int k = 0; k < 2; k++) g[k][h] = select(use[k], alt_ex2(e[k][h] - R), 0.f);
     }
 }
 
@@ -1096,11 +1105,12 @@ __global__ void __launch_bounds__(sm90dec::kThreads, 1) decode_sm90_kernel(
         return;
     }
     const int n = t_end - t_begin;
-    // The structure: tile alternation on 64-key tiles (run_alt64) with K and V unquantized and a
-    // 16-bit q, else the feature split (run_chunk; with V quantized it measured faster than an
-    // alternation that quantizes each V tile in both warpgroups: docs/perf-notes.md, sixth
-    // session; with an fp32 q it adds the residual product of a q not exact in 16 bits, which in
-    // the alternation made ptxas serialize every wgmma, C7520).
+    // The structure: tile alternation on 64-key tiles (run_alt64) with a 16-bit q (K and V
+    // quantized too with kAltKv: each warpgroup quantizes the V columns it multiplies, of both
+    // tiles; all fp8 at L 4096 measured 864 us there against 1984 on decode_mma.cu, tenth
+    // session), else the feature split (run_chunk: with an fp32 q it adds the residual product
+    // of a q not exact in 16 bits, which in the alternation made ptxas serialize every wgmma,
+    // C7520).
     constexpr bool kAlt = (kAltKv || (kK == kNone && kV == kNone)) && !kQ32;
     if constexpr (kAlt) {   // the first two 64-key tiles (a 16-bit q needs no vote)
         if (tid < 6) mbarrier_init(base + kABar + tid * 8, 1);   // K0, K1 shares; R0, R1
