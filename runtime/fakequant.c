@@ -112,6 +112,71 @@ mla_status mla__fakequant_combine_build(const mla__spec *spec, char *name_expr, 
     return set_launch(spec, name_expr, size, text, MLA__FQ_THREADS, 0, launch);
 }
 
+/* The E4M3 code cvt.rn.satfinite gives for a finite q: round to nearest even on the E4M3 grid
+ * (quantum 2^(e - 3), e = max(floor(log2 |q|), -6)), |q| >= 448 to 448. Exact in double. */
+static double e4m3_satfinite(double q) {
+    double m = fabs(q);
+    if (m >= 448.0) return copysign(448.0, q);
+    if (m == 0.0) return 0.0 * q;
+    int e = (int)floor(log2(m));
+    if (e < -6) e = -6;
+    double quantum = ldexp(1.0, e - 3), r = rint(m / quantum) * quantum;
+    return copysign(r < 448.0 ? r : 448.0, q);
+}
+
+/* The value of the positive E4M3 code c (0 .. 0x7e). */
+static double e4m3_value(int c) {
+    const int e = c >> 3, m = c & 7;
+    return e == 0 ? ldexp((double)m, -9) : ldexp((double)(8 + m), e - 10);
+}
+
+/* The value of a 16-bit pattern (bfloat16, or float16 when f16). */
+static float value16(unsigned bits, int f16) {
+    if (!f16) {
+        union { uint32_t u; float f; } v = {bits << 16};
+        return v.f;
+    }
+    unsigned e = (bits >> 10) & 31, m = bits & 1023;
+    float mag = e == 0 ? ldexpf((float)m, -24) : e == 31 ? INFINITY : ldexpf((float)(m | 1024), (int)e - 25);
+    return bits & 0x8000 ? -mag : mag;
+}
+
+/* Whether the codes of x for scale sc agree on the two paths: the exact quotient fl(x / sc) and
+ * the product fl(x * fl(1 / sc)). */
+static int fp8_paths_agree(float x, float sc, float rsc) {
+    volatile float q = x / sc, p = x * rsc;
+    return e4m3_satfinite(q) == e4m3_satfinite(p);
+}
+
+int mla__fq_fp8_fast_ok(float sc, int f16) {
+    if (!(sc > 0.0f) || !isfinite(sc)) return 0;
+    volatile float one = 1.0f;
+    const float rsc = one / sc;
+    if (!isfinite(rsc)) return 0;
+    /* Both quotients lie within 2^-23 of x / sc (relative), so they can round differently only
+     * for x / sc within that of a rounding boundary of E4M3, a midpoint M of two adjacent codes
+     * below 448 (at 448 and above both paths give 448). The 16-bit grid is at least 2^-11
+     * relative apart there, so the only candidates are the positive patterns next to M sc: the
+     * largest k with value(k) <= M sc (by bisection; positive finite patterns are ordered like
+     * their values) and its neighbours k - 1 .. k + 2. The paths are odd in x, so negative x
+     * follow. */
+    const unsigned top = f16 ? 0x7bffu : 0x7f7fu;   /* the largest finite positive pattern */
+    for (int c = 0; c < 126; c++) {   /* E4M3 codes 0x00 .. 0x7e: 0 .. 448, ascending */
+        const double v0 = e4m3_value(c), v1 = e4m3_value(c + 1);
+        const double t = 0.5 * (v0 + v1) * (double)sc;   /* exact: 5 x 24 bits */
+        unsigned a = 0, b = top;                          /* value(a) <= t, or a = 0 */
+        if ((double)value16(b, f16) <= t) a = b;
+        while (b - a > 1) {
+            unsigned m = (a + b) / 2;
+            if ((double)value16(m, f16) <= t) a = m;
+            else b = m;
+        }
+        for (unsigned k = a > 0 ? a - 1 : 0; k <= a + 2 && k <= top; k++)
+            if (!fp8_paths_agree(value16(k, f16), sc, rsc)) return 0;
+    }
+    return 1;
+}
+
 float mla__fq_scale(int mode, float amax) {
     if (mode == MLA_QDQ_NONE || isnan(amax)) return 1.0f;
     volatile float a = amax;   /* one IEEE fp32 division, as the kernels would do it */

@@ -247,6 +247,9 @@ static mla__fq_decode_mma_params mma_params(const mla_attention_decode_args *a, 
         .qk_eff = (float)((double)qk_scale * k_scale),
         .pv_eff = (float)((double)p_scale * v_scale),
         .k_scale = k_scale, .v_scale = v_scale, .p_scale = p_scale,
+        /* decode_sm90.cu's alternation: the fp8 K / V codes' shortcut where it is exact */
+        .fp8_fast = (a->k_qdq == MLA_QDQ_FP8 && mla__fq_fp8_fast_ok(k_scale, d->cache == MLA__FQ_FP16)) |
+                    (a->v_qdq == MLA_QDQ_FP8 && mla__fq_fp8_fast_ok(v_scale, d->cache == MLA__FQ_FP16)) << 1,
     };
     return p;
 }

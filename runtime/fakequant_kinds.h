@@ -128,8 +128,9 @@ static inline int mla__fq_dense_kv_default(int k_qdq, int v_qdq) {
 typedef struct mla__fq_dense_scales {
     float k_scale, v_scale;
     int chunk_units;   /* > 0: each CTA cuts its own schedule (no metadata kernel) */
+    int fp8_fast;      /* bit 0 K, bit 1 V: the fp8 scale passes mla__fq_fp8_fast_ok */
 } mla__fq_dense_scales;
-_Static_assert(sizeof(mla__fq_dense_scales) == 12, "mirror of FqScales");
+_Static_assert(sizeof(mla__fq_dense_scales) == 16, "mirror of FqScales");
 static inline int mla__fq_dense_kv_modes(int k_qdq, int v_qdq, int p_qdq, int q_fp32,
                                          int out_same) {
     return (k_qdq || v_qdq) && p_qdq == 0 && !q_fp32 && out_same;
@@ -157,6 +158,7 @@ typedef struct mla__fq_decode_mma_params {
     CUdeviceptr seq_len, ws_acc, ws_ml;
     int batch, heads, page_size, max_blocks, splits, slots, q_fp32;
     float qk_eff, pv_eff, k_scale, v_scale, p_scale;
+    int fp8_fast;   /* bit 0 K, bit 1 V: fp8 scale passes mla__fq_fp8_fast_ok (decode_sm90.cu) */
 } mla__fq_decode_mma_params;
 
 typedef struct mla__fq_combine_params {
@@ -168,7 +170,7 @@ typedef struct mla__fq_combine_params {
 
 _Static_assert(sizeof(mla__fq_decode_params) == 136, "mirror of DecodeParams");
 _Static_assert(sizeof(mla__fq_combine_params) == 64, "mirror of CombineParams");
-_Static_assert(sizeof(mla__fq_decode_mma_params) == 136, "mirror of MmaDecodeParams");
+_Static_assert(sizeof(mla__fq_decode_mma_params) == 144, "mirror of MmaDecodeParams");
 
 /* Prefill (kernel_src/fakequant/prefill.cu): 8 warps, one query row each; smem kPfSmemBytes. */
 #define MLA__FQ_PREFILL_ROWS 8
@@ -241,6 +243,12 @@ static inline int mla__fq_prefill_sm90_smem(int dqk, int dv) {
 /* The fp32 scale of a mode's per-tensor amax (NAN: None): fp8 amax / 448, nvfp4 amax / 2688
  * (the global scale), 1 for None or mode none. */
 float mla__fq_scale(int mode, float amax);
+/* 1 when, for the fp8 scale sc, every finite x of the 16-bit cache dtype (f16: float16, else
+ * bfloat16) gets the same E4M3 code (cvt.rn.satfinite) from fl(x * fl(1 / sc)) as from the
+ * correctly rounded quotient fl(x / sc), so that the K / V quantizers may skip the quotient's
+ * correction; checked at the codes' rounding boundaries (microseconds), exact for every x
+ * (tests/test_fakequant_quant.c compares it with the exhaustive check). */
+int mla__fq_fp8_fast_ok(float sc, int f16);
 /* Checks that a kind's spec has exactly the parameters names[0..n), in order, and each is in
  * [0, max[i]] (the builders of runtime/fakequant.c and fakequant_prefill.c). */
 mla_status mla__fq_check_params(const struct mla__spec *spec, const char *const *names,

@@ -478,7 +478,10 @@ mla_status mla__flash_with_kvcache_fq(mla_runtime *rt, const mla_flash_with_kvca
     MLA_FORWARD_IF_ERROR(mla__get_kernel(rt, &spec, &k));
     unsigned m_blocks = (unsigned)((d.rows / d.h_kv + MLA__FLASHMLA_BLOCK_M - 1) /
                                    MLA__FLASHMLA_BLOCK_M);
-    mla__fq_dense_scales fq = {k_scale, v_scale, chunk_units};
+    const int f16 = d.kv == MLA__FLASHMLA_KV_FP16;
+    mla__fq_dense_scales fq = {k_scale, v_scale, chunk_units,
+                               (k_qdq == MLA_QDQ_FP8 && mla__fq_fp8_fast_ok(k_scale, f16)) |
+                                   (v_qdq == MLA_QDQ_FP8 && mla__fq_fp8_fast_ok(v_scale, f16)) << 1};
     void *kargs[] = {(void *)&p, (void *)&map, (void *)&fq};
     MLA_FORWARD_IF_ERROR(mla__launch_pdl(rt, k, (unsigned)d.parts, (unsigned)d.h_kv, m_blocks,
                                          stream, kargs));

@@ -6,7 +6,10 @@
  * device: mla_fakequant_qdq_rows (the kernels' quantizers, quant.cuh) against the float64
  * reference, bit for bit, on those values and random ones, for fp32/bf16/fp16 inputs, with amax
  * None and amaxes whose scales are exact in fp32 (so float64 and fp32 agree at ties). Skips
- * without a GPU. */
+ * without a GPU.
+ * fp8_fast_path_check: the runtime's test for the K / V quantizers' shortcut
+ * (mla__fq_fp8_fast_ok: fl(x * fl(1 / sc)) instead of fl(x / sc)) against every finite bfloat16
+ * and float16 x, for random and small-ratio amaxes. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,6 +17,7 @@
 
 #include "ref/fakequant_ref.h"
 #include "ref/flashmla_ref.h"
+#include "runtime/fakequant_kinds.h"
 #include "util/gpu.h"
 
 #define P2(e) ldexp(1.0, (e))
@@ -191,3 +195,58 @@ Test(fakequant_quant, device_matches_float64) {
     }
     mla_runtime_destroy(rt);
 }
+
+/* ---- the fp8 shortcut's check ------------------------------------------------------------- */
+
+/* The value of a 16-bit pattern (bfloat16, or float16 when f16). */
+static float pattern16(unsigned bits, int f16) {
+    if (!f16) {
+        union { uint32_t u; float f; } v = {bits << 16};
+        return v.f;
+    }
+    unsigned e = (bits >> 10) & 31, m = bits & 1023;
+    float mag = e == 0 ? ldexpf((float)m, -24) : e == 31 ? INFINITY : ldexpf((float)(m | 1024), (int)e - 25);
+    return bits & 0x8000 ? -mag : mag;
+}
+
+/* E4M3 of q as cvt.rn.satfinite rounds it (|q| >= 448: 448). */
+static double satfinite_e4m3(double q) {
+    return fabs(q) >= 448.0 ? copysign(448.0, q) : mlr_fq_rne_e4m3(q);
+}
+
+/* Every finite x of the dtype: the product path's code equals the quotient path's. */
+static int paths_agree_everywhere(float sc, int f16) {
+    volatile float one = 1.0f;
+    const float rsc = one / sc;
+    for (unsigned b = 0; b < 65536; b++) {
+        const float x = pattern16(b, f16);
+        if (!isfinite(x)) continue;
+        volatile float q = x / sc, p = x * rsc;
+        if (satfinite_e4m3(q) != satfinite_e4m3(p)) return 0;
+    }
+    return 1;
+}
+
+Test(fakequant_quant, fp8_fast_path_check) {
+    uint64_t s = 0x9e3779b97f4a7c15ull;
+    int refused = 0, agreed = 0;
+    for (int i = 0; i < 240; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        const unsigned r = (unsigned)(s >> 33);
+        /* log-uniform amaxes in [1e-4, 1e4], and small ratios p / q (where ties are likelier) */
+        const float amax = i % 2 ? (float)exp(log(1e-4) + log(1e8) * (r % 100000) / 1e5)
+                                 : (float)(1 + r % 61) / (float)(1 + (r >> 8) % 61);
+        const float sc = mla__fq_scale(MLA_QDQ_FP8, amax);
+        for (int f16 = 0; f16 < 2; f16++) {
+            const int fast = mla__fq_fp8_fast_ok(sc, f16), all = paths_agree_everywhere(sc, f16);
+            cr_expect(!fast || all, "amax %.9g (scale %a) %s: the check allows the shortcut, but "
+                      "some x rounds differently", amax, sc, f16 ? "float16" : "bfloat16");
+            refused += !fast, agreed += all;
+        }
+    }
+    /* both outcomes occur, so that the fallback is exercised and the shortcut is not vacuous */
+    cr_expect(refused > 0 && agreed > refused, "refused %d, agreed %d of 480", refused, agreed);
+    cr_expect(mla__fq_fp8_fast_ok(1.0f, 0) && mla__fq_fp8_fast_ok(1.0f, 1), "scale 1 (amax None)");
+    cr_expect(!mla__fq_fp8_fast_ok(0.0f, 0) && !mla__fq_fp8_fast_ok(INFINITY, 1), "bad scales");
+}
+

@@ -777,10 +777,16 @@ __device__ __forceinline__ void store_rows90(const DecodeParams &p, const float 
 // chunk_units > 0: the CTA cuts its own schedule from the lengths (self_schedule: the batch-
 // invariant chunks of chunk_units units, mla_attention_decode's dense path), p.sched unused and
 // num_splits written by CTA (0, 0, 0) for the combine; 0: the records of p.sched (metadata.cu).
+// fp8_fast: bit 0 K, bit 1 V: the fp8 codes of that operand may take fl(x / sc) as fl(x * (1 /
+// sc)) (runtime mla__fq_fp8_fast_ok: the host found every finite 16-bit x of the cache dtype to
+// get the same E4M3 code either way for this scale), skipping the quotient's correction.
 struct FqScales {
     float k_scale, v_scale;
     int chunk_units;
+    int fp8_fast;
 };
+// The shortcut of FqScales::fp8_fast (A/B switch: false ignores the flag).
+constexpr bool kFp8Fast = true;
 enum FqMode : int { kFqNone = 0, kFqFp8 = 1, kFqNvfp4 = 2 };
 
 // A raw 16-bit pair (cache dtype) as two floats.
@@ -849,25 +855,28 @@ __device__ __forceinline__ float fq_nvfp4_code(float x, const fakequant::Nvfp4Sc
 }
 
 // The fp8 codes of a raw pair as an fp16 pair (kOutF16) or a bf16 one (exact either way).
-template <bool kF16, bool kOutF16>
+// kQuick: the quotient as fl(x * rsc) (FqScales::fp8_fast; an infinite product saturates in the
+// conversion, as the corrected quotient's inf did).
+template <bool kF16, bool kOutF16, bool kQuick = false>
 __device__ __forceinline__ unsigned fp8_code_pair(unsigned w, float sc, float rsc) {
     float lo, hi;
     raw2<kF16>(w, lo, hi);
     const unsigned h =
-        fakequant::e4m3x2_f16x2(fq_fp8_scaled(lo, sc, rsc), fq_fp8_scaled(hi, sc, rsc));
+        kQuick ? fakequant::e4m3x2_f16x2(__fmul_rn(lo, rsc), __fmul_rn(hi, rsc))
+               : fakequant::e4m3x2_f16x2(fq_fp8_scaled(lo, sc, rsc), fq_fp8_scaled(hi, sc, rsc));
     if constexpr (kOutF16) return h;
     else
         return pack2<false>(__half2float(__ushort_as_half((unsigned short)(h & 0xffffu))),
                             __half2float(__ushort_as_half((unsigned short)(h >> 16))));
 }
 
-template <bool kF16, bool kOutF16>
+template <bool kF16, bool kOutF16, bool kQuick = false>
 __device__ __forceinline__ void fp8_codes_chunk(unsigned char *a, float sc, float rsc) {
     uint4 v = *reinterpret_cast<const uint4 *>(a);
-    v.x = fp8_code_pair<kF16, kOutF16>(v.x, sc, rsc);
-    v.y = fp8_code_pair<kF16, kOutF16>(v.y, sc, rsc);
-    v.z = fp8_code_pair<kF16, kOutF16>(v.z, sc, rsc);
-    v.w = fp8_code_pair<kF16, kOutF16>(v.w, sc, rsc);
+    v.x = fp8_code_pair<kF16, kOutF16, kQuick>(v.x, sc, rsc);
+    v.y = fp8_code_pair<kF16, kOutF16, kQuick>(v.y, sc, rsc);
+    v.z = fp8_code_pair<kF16, kOutF16, kQuick>(v.z, sc, rsc);
+    v.w = fp8_code_pair<kF16, kOutF16, kQuick>(v.w, sc, rsc);
     *reinterpret_cast<uint4 *>(a) = v;
 }
 
@@ -882,17 +891,27 @@ __device__ __forceinline__ void codes_visible(int wg) {
 // piece is one of 8 values); NVFP4 blocks of 16 features of a row, two 16-byte chunks whose
 // physical positions in the row are 2 j and 2 j + 1 whatever the row's swizzle (c ^ (r & 7)
 // keeps pairs c, c ^ 1 together).
+// quick: FqScales::fp8_fast's K bit (a uniform branch).
 template <bool kF16, int kMode>
 __device__ __forceinline__ void quantize_k_pieces(unsigned char *buf, int lo, int hi, float ks,
-                                                  int wt, int wg) {
+                                                  int wt, int wg, bool quick = false) {
     if constexpr (kMode == kFqFp8) {
         const float rk = __frcp_rn(ks);
+        if (kFp8Fast && quick) {
 #pragma unroll 1
-        for (int pc = lo; pc < hi; pc++)
+            for (int pc = lo; pc < hi; pc++)
 #pragma unroll
-            for (int i = 0; i < kPieceBytes / 16 / kWgThreads; i++)
-                fp8_codes_chunk<kF16, kF16>(buf + pc * kPieceBytes + (wt + i * kWgThreads) * 16,
-                                            ks, rk);
+                for (int i = 0; i < kPieceBytes / 16 / kWgThreads; i++)
+                    fp8_codes_chunk<kF16, kF16, true>(
+                        buf + pc * kPieceBytes + (wt + i * kWgThreads) * 16, ks, rk);
+        } else {
+#pragma unroll 1
+            for (int pc = lo; pc < hi; pc++)
+#pragma unroll
+                for (int i = 0; i < kPieceBytes / 16 / kWgThreads; i++)
+                    fp8_codes_chunk<kF16, kF16>(
+                        buf + pc * kPieceBytes + (wt + i * kWgThreads) * 16, ks, rk);
+        }
     } else if constexpr (kMode == kFqNvfp4) {
         const float k6 = __fmul_rn(6.f, ks), rk6 = __frcp_rn(k6);
 #pragma unroll 1
@@ -926,15 +945,22 @@ __device__ __forceinline__ void quantize_k_pieces(unsigned char *buf, int lo, in
 // unit u = wt, wt + 128: bytes 8 (u % 2) of logical chunk (u / 2) % 8, group (u / 16) % 4,
 // piece 4 half + u / 64; first the 4 columns' amaxes, then their codes (a warp reads 2 whole
 // 128-byte rows per access; 4 columns at a time for the registers: o and P are live here).
+// quick: FqScales::fp8_fast's V bit (a uniform branch).
 template <bool kF16, int kMode>
 __device__ __forceinline__ void quantize_v_half(unsigned char *buf, int half, float vs, int wt,
-                                                int wg) {
+                                                int wg, bool quick = false) {
     if constexpr (kMode == kFqFp8) {
         const float rv = __frcp_rn(vs);
         unsigned char *b = buf + half * kVPieces * kPieceBytes;
+        if (kFp8Fast && quick) {
 #pragma unroll 4
-        for (int i = 0; i < kVPieces * kPieceBytes / 16 / kWgThreads; i++)
-            fp8_codes_chunk<kF16, true>(b + (wt + i * kWgThreads) * 16, vs, rv);  // 16 chunks
+            for (int i = 0; i < kVPieces * kPieceBytes / 16 / kWgThreads; i++)
+                fp8_codes_chunk<kF16, true, true>(b + (wt + i * kWgThreads) * 16, vs, rv);
+        } else {
+#pragma unroll 4
+            for (int i = 0; i < kVPieces * kPieceBytes / 16 / kWgThreads; i++)
+                fp8_codes_chunk<kF16, true>(b + (wt + i * kWgThreads) * 16, vs, rv);  // 16 chunks
+        }
     } else if constexpr (kMode == kFqNvfp4) {
         const float v6 = __fmul_rn(6.f, vs), rv6 = __frcp_rn(v6);
 #pragma unroll 1
@@ -1168,7 +1194,7 @@ __device__ bool attend_chunk90_fq(const DecodeParams &p, const TmaDesc &tk, cons
     const unsigned own_addr = wg == 0 ? k0 : k1;
     // K codes of the own tile's pieces, after their mbarrier (qk_tile's hook)
     auto k_codes = [&](int lo, int hi) {
-        quantize_k_pieces<kF16, kKq>(own, lo, hi, fq.k_scale, qwt, qwg);
+        quantize_k_pieces<kF16, kKq>(own, lo, hi, fq.k_scale, qwt, qwg, fq.fp8_fast & 1);
     };
     // K quantized: once this warpgroup's Q K^T is done, its tile's raw V again (rows of r)
     auto reload = [&](RowRef r) {
@@ -1197,7 +1223,7 @@ __device__ bool attend_chunk90_fq(const DecodeParams &p, const TmaDesc &tk, cons
     };
     // V quantized: the codes of this warpgroup's V columns of the tile at buf
     auto v_codes = [&](unsigned char *buf) {
-        quantize_v_half<kF16, kVq>(buf, qwg, fq.v_scale, qwt, qwg);
+        quantize_v_half<kF16, kVq>(buf, qwg, fq.v_scale, qwt, qwg, (fq.fp8_fast & 2) != 0);
     };
 
     // Prologue: tiles 0 and 1, issued before the wait for a request's Q so that both loads are
