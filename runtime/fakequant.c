@@ -1,6 +1,8 @@
 /* Fake-quant family: the kind builders (kernel_src/fakequant/qdq.cu, decode.cu), the shared
  * mode/amax checks and mla_fakequant_qdq_rows. The decode call is runtime/fakequant_decode.c. */
 #include <math.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -148,7 +150,51 @@ static int fp8_paths_agree(float x, float sc, float rsc) {
     return e4m3_satfinite(q) == e4m3_satfinite(p);
 }
 
-int mla__fq_fp8_fast_ok(float sc, int f16) {
+/* E2M1 magnitude of q >= 0 (spec §2.1 rne_e2m1_mag: RNE on {0, .5, 1, 1.5, 2, 3, 4, 6}, 6 above). */
+static double e2m1_mag(double a) {
+    return a <= 0.25 ? 0.0 : a < 0.75 ? 0.5 : a <= 1.25 ? 1.0 : a < 1.75 ? 1.5 : a <= 2.5 ? 2.0
+         : a < 3.5 ? 3.0 : a <= 5.0 ? 4.0 : 6.0;
+}
+
+/* The largest positive finite 16-bit pattern k with value(k) <= t (0 if none; t >= 0): from t's
+ * exponent and leading mantissa bits, then corrected by a step at most. */
+static unsigned pattern_at_or_below(double t, int f16) {
+    const unsigned top = f16 ? 0x7bffu : 0x7f7fu;
+    const int mbits = f16 ? 10 : 7, bias = f16 ? 15 : 127;
+    unsigned k;
+    if (!(t > 0.0)) return 0;
+    if (t >= (double)value16(top, f16)) return top;
+    int e;
+    const double m = frexp(t, &e);   /* t = m 2^e, m in [0.5, 1) */
+    const int field = e - 1 + bias;
+    if (field <= 0) {                 /* subnormal: t / 2^(1 - bias - mbits) */
+        k = (unsigned)floor(ldexp(t, bias - 1 + mbits));
+    } else {
+        k = ((unsigned)field << mbits) | (unsigned)floor((2.0 * m - 1.0) * (double)(1u << mbits));
+    }
+    if (k > top) k = top;
+    while (k < top && (double)value16(k + 1, f16) <= t) k++;
+    while (k > 0 && (double)value16(k, f16) > t) k--;
+    return k;
+}
+
+/* A verdict of a quick_ok check, cached by (scale bits, dtype): 16 words, each (1 << 63) | f16 <<
+ * 33 | verdict << 32 | bits, read and written whole (the calls may come from several threads). */
+typedef _Atomic unsigned long long quick_cache[16];
+
+static int cached_check(quick_cache *cache, float scale, int f16, int (*check)(float, int)) {
+    union { float f; uint32_t u; } v = {scale};
+    const unsigned slot = (v.u * 2654435761u >> 28) ^ (unsigned)f16;
+    const unsigned long long key = (1ull << 63) | (unsigned long long)(f16 != 0) << 33 | v.u;
+    const unsigned long long e = atomic_load_explicit(&(*cache)[slot & 15], memory_order_relaxed);
+    if ((e & ~(1ull << 32)) == key) return (int)(e >> 32 & 1);
+    const int verdict = check(scale, f16);
+    atomic_store_explicit(&(*cache)[slot & 15], key | (unsigned long long)verdict << 32,
+                          memory_order_relaxed);
+    return verdict;
+}
+
+static int fp8_quick_check(float sc, int f16) {
     if (!(sc > 0.0f) || !isfinite(sc)) return 0;
     volatile float one = 1.0f;
     const float rsc = one / sc;
@@ -163,18 +209,51 @@ int mla__fq_fp8_fast_ok(float sc, int f16) {
     const unsigned top = f16 ? 0x7bffu : 0x7f7fu;   /* the largest finite positive pattern */
     for (int c = 0; c < 126; c++) {   /* E4M3 codes 0x00 .. 0x7e: 0 .. 448, ascending */
         const double v0 = e4m3_value(c), v1 = e4m3_value(c + 1);
-        const double t = 0.5 * (v0 + v1) * (double)sc;   /* exact: 5 x 24 bits */
-        unsigned a = 0, b = top;                          /* value(a) <= t, or a = 0 */
-        if ((double)value16(b, f16) <= t) a = b;
-        while (b - a > 1) {
-            unsigned m = (a + b) / 2;
-            if ((double)value16(m, f16) <= t) a = m;
-            else b = m;
-        }
+        const unsigned a = pattern_at_or_below(0.5 * (v0 + v1) * (double)sc, f16);   /* exact */
         for (unsigned k = a > 0 ? a - 1 : 0; k <= a + 2 && k <= top; k++)
             if (!fp8_paths_agree(value16(k, f16), sc, rsc)) return 0;
     }
     return 1;
+}
+
+static int nvfp4_quick_check(float gs, int f16) {
+    static const double mid[] = {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0};
+    if (!(gs > 0.0f) || !isfinite(gs)) return 0;
+    const unsigned top = f16 ? 0x7bffu : 0x7f7fu;
+    volatile float one = 1.0f;
+    for (int c = 1; c <= 126; c++) {   /* every nonzero block scale code e4 */
+        volatile float e4 = (float)e4m3_value(c);
+        const float sb = e4 * gs;   /* the kernel's fl32(e4 gs) */
+        if (sb == 0.0f) continue;    /* a zero block: no quotient */
+        const float rsb = one / sb;
+        if (!isfinite(sb) || !isfinite(rsb)) return 0;
+        /* as in mla__fq_fp8_quick_ok: only |x| next to a midpoint M of the E2M1 grid times sb
+         * can round differently (beyond 5 both give 6) */
+        for (int i = 0; i < 7; i++) {
+            const unsigned a = pattern_at_or_below(mid[i] * (double)sb, f16);   /* exact */
+            for (unsigned k = a > 0 ? a - 1 : 0; k <= a + 2 && k <= top; k++) {
+                const float x = value16(k, f16);
+                volatile float q = x / sb, p = x * rsb;
+                if (e2m1_mag(q) != e2m1_mag(p)) return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+int mla__fq_fp8_quick_ok(float sc, int f16) {
+    static quick_cache cache;
+    return cached_check(&cache, sc, f16, fp8_quick_check);
+}
+
+int mla__fq_nvfp4_quick_ok(float gs, int f16) {
+    static quick_cache cache;
+    return cached_check(&cache, gs, f16, nvfp4_quick_check);
+}
+
+int mla__fq_codes_quick(int mode, float scale, int f16) {
+    return mode == MLA_QDQ_FP8 ? mla__fq_fp8_quick_ok(scale, f16)
+         : mode == MLA_QDQ_NVFP4 ? mla__fq_nvfp4_quick_ok(scale, f16) : 0;
 }
 
 float mla__fq_scale(int mode, float amax) {

@@ -248,8 +248,8 @@ static mla__fq_decode_mma_params mma_params(const mla_attention_decode_args *a, 
         .pv_eff = (float)((double)p_scale * v_scale),
         .k_scale = k_scale, .v_scale = v_scale, .p_scale = p_scale,
         /* decode_sm90.cu's alternation: the fp8 K / V codes' shortcut where it is exact */
-        .fp8_fast = (a->k_qdq == MLA_QDQ_FP8 && mla__fq_fp8_fast_ok(k_scale, d->cache == MLA__FQ_FP16)) |
-                    (a->v_qdq == MLA_QDQ_FP8 && mla__fq_fp8_fast_ok(v_scale, d->cache == MLA__FQ_FP16)) << 1,
+        .codes_quick = mla__fq_codes_quick(a->k_qdq, k_scale, d->cache == MLA__FQ_FP16) |
+                       mla__fq_codes_quick(a->v_qdq, v_scale, d->cache == MLA__FQ_FP16) << 1,
     };
     return p;
 }

@@ -128,7 +128,7 @@ static inline int mla__fq_dense_kv_default(int k_qdq, int v_qdq) {
 typedef struct mla__fq_dense_scales {
     float k_scale, v_scale;
     int chunk_units;   /* > 0: each CTA cuts its own schedule (no metadata kernel) */
-    int fp8_fast;      /* bit 0 K, bit 1 V: the fp8 scale passes mla__fq_fp8_fast_ok */
+    int codes_quick;      /* bit 0 K, bit 1 V: mla__fq_codes_quick of the operand */
 } mla__fq_dense_scales;
 _Static_assert(sizeof(mla__fq_dense_scales) == 16, "mirror of FqScales");
 static inline int mla__fq_dense_kv_modes(int k_qdq, int v_qdq, int p_qdq, int q_fp32,
@@ -158,7 +158,7 @@ typedef struct mla__fq_decode_mma_params {
     CUdeviceptr seq_len, ws_acc, ws_ml;
     int batch, heads, page_size, max_blocks, splits, slots, q_fp32;
     float qk_eff, pv_eff, k_scale, v_scale, p_scale;
-    int fp8_fast;   /* bit 0 K, bit 1 V: fp8 scale passes mla__fq_fp8_fast_ok (decode_sm90.cu) */
+    int codes_quick;   /* bit 0 K, bit 1 V: mla__fq_codes_quick of the operand (decode_sm90.cu) */
 } mla__fq_decode_mma_params;
 
 typedef struct mla__fq_combine_params {
@@ -248,7 +248,14 @@ float mla__fq_scale(int mode, float amax);
  * correctly rounded quotient fl(x / sc), so that the K / V quantizers may skip the quotient's
  * correction; checked at the codes' rounding boundaries (microseconds), exact for every x
  * (tests/test_fakequant_quant.c compares it with the exhaustive check). */
-int mla__fq_fp8_fast_ok(float sc, int f16);
+int mla__fq_fp8_quick_ok(float sc, int f16);
+/* The same for the NVFP4 element codes of global scale gs: for every block scale the kernels can
+ * form (sb = fl32(e4 gs), e4 each nonzero E4M3 code), fl(|x| fl(1 / sb)) and fl(|x| / sb) give the
+ * same E2M1 magnitude for every finite 16-bit x. */
+int mla__fq_nvfp4_quick_ok(float gs, int f16);
+/* mla__fq_fp8_quick_ok or mla__fq_nvfp4_quick_ok by mode (0 for none): the codes_quick bit of an
+ * operand of that mode and per-tensor scale. */
+int mla__fq_codes_quick(int mode, float scale, int f16);
 /* Checks that a kind's spec has exactly the parameters names[0..n), in order, and each is in
  * [0, max[i]] (the builders of runtime/fakequant.c and fakequant_prefill.c). */
 mla_status mla__fq_check_params(const struct mla__spec *spec, const char *const *names,

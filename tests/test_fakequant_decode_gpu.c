@@ -64,10 +64,14 @@ static mlt_fq_case sweep[] = {
     {"bf16 k fp8 + p fp8 s3 lens 700/130", 0, 0, 2, 16, {700, 130}, 16, 3, F8, N0, F8, 2.0f, 0, 0,
      0, 1},
     {"fp16 all nvfp4 lens 1500/40", 1, 0, 2, 16, {1500, 40}, 32, 32, F4, F4, F4, 0, 0, 0, 0, 1},
-    /* an fp8 scale for which the runtime refuses the K / V codes' shortcut (mla__fq_fp8_fast_ok:
+    /* an fp8 scale for which the runtime refuses the K / V codes' shortcut (mla__fq_fp8_quick_ok:
      * some 16-bit x would round differently), on the alternation */
     {"bf16 all fp8 amax 0.40625 (no fp8 shortcut)", 0, 0, 2, 16, {700, 90}, 32, 32, F8, F8, F8,
      0.40625f, 0.40625f, 0, 0, 1},
+    /* NVFP4 V with a global scale the runtime allows the codes' shortcut for (amax 10; amax None,
+     * gs 1, refuses it: the E4M3 block scales make exact ties), on the alternation */
+    {"fp16 v nvfp4 + p fp8 amax 10 (codes shortcut)", 1, 0, 2, 16, {700, 90}, 32, 32, N0, F4, F8,
+     0, 10.0f, 0, 0, 1},
     /* and with a plain fp32 q: the feature split with its residual product, not the alternation */
     {"bf16 all fp8 q fp32 plain", 0, 2, 2, 16, {300, 45}, 64, 32, F8, F8, F8, 0, 0, 0, 0, 1},
 };
@@ -87,6 +91,10 @@ static mlt_fq_case kv_sweep[] = {
      * differently through fl(x * (1 / sc))), K and V */
     {"bf16 k fp8 + v fp8 amax 2.1 (no fp8 shortcut)", 0, 0, 2, 8, {300, 45}, 64, 32, F8, F8, N0,
      2.1f, 2.1f, 0, 0, 1},
+    /* NVFP4 K with the codes' shortcut (amax 4; the other NVFP4 cases' amax None and 3 refuse
+     * it; with K and V both NVFP4 the dense path does not take it) */
+    {"bf16 k nvfp4 + v fp8 amax 4 (codes shortcut)", 0, 0, 2, 8, {300, 45}, 64, 32, F4, F8, N0,
+     4.0f, 4.0f, 0, 0, 1},
     /* K and V quantized, P not, over several tile pairs and (17000) two dense chunks with an
      * empty request: fakequant_decode_dense on [dense] */
     {"bf16 k nvfp4 + v nvfp4 lens 4500/2100", 0, 0, 2, 8, {4500, 2100}, 64, 32, F4, F4, N0, 0, 0,

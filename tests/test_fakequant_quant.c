@@ -8,7 +8,7 @@
  * None and amaxes whose scales are exact in fp32 (so float64 and fp32 agree at ties). Skips
  * without a GPU.
  * fp8_fast_path_check: the runtime's test for the K / V quantizers' shortcut
- * (mla__fq_fp8_fast_ok: fl(x * fl(1 / sc)) instead of fl(x / sc)) against every finite bfloat16
+ * (mla__fq_fp8_quick_ok: fl(x * fl(1 / sc)) instead of fl(x / sc)) against every finite bfloat16
  * and float16 x, for random and small-ratio amaxes. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -238,7 +238,7 @@ Test(fakequant_quant, fp8_fast_path_check) {
                                  : (float)(1 + r % 61) / (float)(1 + (r >> 8) % 61);
         const float sc = mla__fq_scale(MLA_QDQ_FP8, amax);
         for (int f16 = 0; f16 < 2; f16++) {
-            const int fast = mla__fq_fp8_fast_ok(sc, f16), all = paths_agree_everywhere(sc, f16);
+            const int fast = mla__fq_fp8_quick_ok(sc, f16), all = paths_agree_everywhere(sc, f16);
             cr_expect(!fast || all, "amax %.9g (scale %a) %s: the check allows the shortcut, but "
                       "some x rounds differently", amax, sc, f16 ? "float16" : "bfloat16");
             refused += !fast, agreed += all;
@@ -246,7 +246,50 @@ Test(fakequant_quant, fp8_fast_path_check) {
     }
     /* both outcomes occur, so that the fallback is exercised and the shortcut is not vacuous */
     cr_expect(refused > 0 && agreed > refused, "refused %d, agreed %d of 480", refused, agreed);
-    cr_expect(mla__fq_fp8_fast_ok(1.0f, 0) && mla__fq_fp8_fast_ok(1.0f, 1), "scale 1 (amax None)");
-    cr_expect(!mla__fq_fp8_fast_ok(0.0f, 0) && !mla__fq_fp8_fast_ok(INFINITY, 1), "bad scales");
+    cr_expect(mla__fq_fp8_quick_ok(1.0f, 0) && mla__fq_fp8_quick_ok(1.0f, 1), "scale 1 (amax None)");
+    cr_expect(!mla__fq_fp8_quick_ok(0.0f, 0) && !mla__fq_fp8_quick_ok(INFINITY, 1), "bad scales");
+}
+
+/* E2M1 magnitude (spec §2.1 rne_e2m1_mag). */
+static double e2m1_magnitude(double a) {
+    return a <= 0.25 ? 0.0 : a < 0.75 ? 0.5 : a <= 1.25 ? 1.0 : a < 1.75 ? 1.5 : a <= 2.5 ? 2.0
+         : a < 3.5 ? 3.0 : a <= 5.0 ? 4.0 : 6.0;
+}
+
+/* Every nonzero block scale of gs and every finite x: the product path's E2M1 magnitude equals
+ * the quotient path's. */
+static int nvfp4_paths_agree_everywhere(float gs, int f16) {
+    volatile float one = 1.0f;
+    for (int c = 1; c <= 126; c++) {
+        const int e = c >> 3, m = c & 7;
+        volatile float e4 = (float)(e == 0 ? ldexp(m, -9) : ldexp(8 + m, e - 10));
+        const float sb = e4 * gs, rsb = one / sb;
+        if (sb == 0.0f) continue;
+        for (unsigned b = 0; b < 32768; b++) {
+            const float x = pattern16(b, f16);
+            if (!isfinite(x)) continue;
+            volatile float q = x / sb, p = x * rsb;
+            if (e2m1_magnitude(q) != e2m1_magnitude(p)) return 0;
+        }
+    }
+    return 1;
+}
+
+Test(fakequant_quant, nvfp4_fast_path_check) {
+    /* amax None (gs 1: E4M3 block scales with few bits make exact ties), 3 and 2.1 (refused),
+     * the bench's 4 and 10 (allowed), and two log-uniform ones */
+    static const float amaxes[] = {NAN, 3.0f, 2.1f, 4.0f, 10.0f, 0.0731f, 517.3f};
+    int refused = 0, allowed = 0;
+    for (size_t i = 0; i < sizeof amaxes / sizeof amaxes[0]; i++)
+        for (int f16 = 0; f16 < 2; f16++) {
+            const float gs = mla__fq_scale(MLA_QDQ_NVFP4, amaxes[i]);
+            const int fast = mla__fq_nvfp4_quick_ok(gs, f16);
+            const int all = nvfp4_paths_agree_everywhere(gs, f16);
+            cr_expect(fast == all, "amax %.9g (global scale %a) %s: the check says %d, the "
+                      "exhaustive one %d", amaxes[i], gs, f16 ? "float16" : "bfloat16", fast, all);
+            refused += !fast, allowed += fast;
+        }
+    cr_expect(refused > 0 && allowed > 0, "refused %d, allowed %d", refused, allowed);
+    cr_expect(mla__fq_codes_quick(MLA_QDQ_NONE, 1.0f, 0) == 0, "no codes without quantization");
 }
 

@@ -72,7 +72,7 @@ struct MmaDecodeParams {
     float *ws_acc, *ws_ml;
     int batch, heads, page_size, max_blocks, splits, slots, q_fp32;
     float qk_eff, pv_eff, k_scale, v_scale, p_scale;
-    int fp8_fast;   // decode_sm90.cu's alternation: flashmla::sm90::FqScales::fp8_fast (else unused)
+    int codes_quick;   // decode_sm90.cu's alternation: flashmla::sm90::FqScales::codes_quick (else unused)
 };
 
 constexpr int kD = 576, kRank = 512, kHeads = 64, kTile = 32, kThreads = 256;

@@ -932,7 +932,7 @@ __device__ __forceinline__ void run_alt64(const MmaDecodeParams &p, const TmaDes
     if constexpr (kKq) rl = row_ref64(p, bt_row, key0 + 64 * w, s_eff, wt);
     // K codes of the own tile's pieces [lo, hi), after their mbarrier (qk_tile's hook)
     auto k_codes = [&](int lo, int hi) {
-        flashmla::sm90::quantize_k_pieces<kF16, kK>(own, lo, hi, p.k_scale, wt, w, p.fp8_fast & 1);
+        flashmla::sm90::quantize_k_pieces<kF16, kK>(own, lo, hi, p.k_scale, wt, w, p.codes_quick & 1);
     };
     // K quantized: once the own S is done, the own tile's raw V again
     auto reload = [&] {
@@ -949,7 +949,7 @@ __device__ __forceinline__ void run_alt64(const MmaDecodeParams &p, const TmaDes
     };
     // V quantized: the codes of this warpgroup's V columns of the tile at buf
     auto v_codes = [&](unsigned char *buf) {
-        flashmla::sm90::quantize_v_half<kF16, kV>(buf, w, p.v_scale, wt, w, (p.fp8_fast & 2) != 0);
+        flashmla::sm90::quantize_v_half<kF16, kV>(buf, w, p.v_scale, wt, w, (p.codes_quick & 2) != 0);
     };
 
     for (int ta = 0; ta < n64; ta += 2) {

@@ -777,16 +777,16 @@ __device__ __forceinline__ void store_rows90(const DecodeParams &p, const float 
 // chunk_units > 0: the CTA cuts its own schedule from the lengths (self_schedule: the batch-
 // invariant chunks of chunk_units units, mla_attention_decode's dense path), p.sched unused and
 // num_splits written by CTA (0, 0, 0) for the combine; 0: the records of p.sched (metadata.cu).
-// fp8_fast: bit 0 K, bit 1 V: the fp8 codes of that operand may take fl(x / sc) as fl(x * (1 /
-// sc)) (runtime mla__fq_fp8_fast_ok: the host found every finite 16-bit x of the cache dtype to
+// codes_quick: bit 0 K, bit 1 V: the fp8 codes of that operand may take fl(x / sc) as fl(x * (1 /
+// sc)) (runtime mla__fq_codes_quick_ok: the host found every finite 16-bit x of the cache dtype to
 // get the same E4M3 code either way for this scale), skipping the quotient's correction.
 struct FqScales {
     float k_scale, v_scale;
     int chunk_units;
-    int fp8_fast;
+    int codes_quick;
 };
-// The shortcut of FqScales::fp8_fast (A/B switch: false ignores the flag).
-constexpr bool kFp8Fast = true;
+// The shortcut of FqScales::codes_quick (A/B switch: false ignores the flag).
+constexpr bool kCodesQuick = true;
 enum FqMode : int { kFqNone = 0, kFqFp8 = 1, kFqNvfp4 = 2 };
 
 // A raw 16-bit pair (cache dtype) as two floats.
@@ -843,19 +843,24 @@ __device__ __forceinline__ float fq_e2m1_mag(float q) {
 // at 7 global scales (1.2e8 elements, the same check).
 // kMagic false: the previous form (e2m1_mag_fast of q1, or of q0 where q0 is inf), the same
 // values: V's codes keep it (V nvfp4 measured 4 % slower with the magic add, K 9 % faster).
-template <bool kMagic = true>
+// kQuick: the quotient as q0 = fl(|x| (1 / sb)) (FqScales::codes_quick, the host's proof that it
+// gives q1's E2M1 magnitude for every x of the cache dtype and every block scale of the global
+// scale; sb = 0 gives q0 = inf or NaN, as the exact path gives there).
+template <bool kMagic = true, bool kQuick = false>
 __device__ __forceinline__ float fq_nvfp4_code(float x, const fakequant::Nvfp4Scale &s) {
     const float a = fabsf(x), q0 = __fmul_rn(a, s.rsb);
-    const float q1 = __fmaf_rn(__fmaf_rn(-q0, s.sb, a), s.rsb, q0);
-    const float r =
-        (kMagic ? fq_e2m1_mag(q1)
-                : fakequant::e2m1_mag_fast(select(q0 == __int_as_float(0x7f800000), q0, q1))) *
-        s.sc;
+    float q;
+    if constexpr (kQuick) q = q0;
+    else {
+        const float q1 = __fmaf_rn(__fmaf_rn(-q0, s.sb, a), s.rsb, q0);
+        q = kMagic ? q1 : select(q0 == __int_as_float(0x7f800000), q0, q1);
+    }
+    const float r = (kMagic ? fq_e2m1_mag(q) : fakequant::e2m1_mag_fast(q)) * s.sc;
     return __uint_as_float(__float_as_uint(r) | (__float_as_uint(x) & 0x80000000u));
 }
 
 // The fp8 codes of a raw pair as an fp16 pair (kOutF16) or a bf16 one (exact either way).
-// kQuick: the quotient as fl(x * rsc) (FqScales::fp8_fast; an infinite product saturates in the
+// kQuick: the quotient as fl(x * rsc) (FqScales::codes_quick; an infinite product saturates in the
 // conversion, as the corrected quotient's inf did).
 template <bool kF16, bool kOutF16, bool kQuick = false>
 __device__ __forceinline__ unsigned fp8_code_pair(unsigned w, float sc, float rsc) {
@@ -891,13 +896,41 @@ __device__ __forceinline__ void codes_visible(int wg) {
 // piece is one of 8 values); NVFP4 blocks of 16 features of a row, two 16-byte chunks whose
 // physical positions in the row are 2 j and 2 j + 1 whatever the row's swizzle (c ^ (r & 7)
 // keeps pairs c, c ^ 1 together).
-// quick: FqScales::fp8_fast's K bit (a uniform branch).
+// NVFP4 K codes of pieces [lo, hi) (quantize_k_pieces; kQuick: fq_nvfp4_code's).
+template <bool kF16, bool kQuick>
+__device__ __forceinline__ void nvfp4_k_pieces(unsigned char *buf, int lo, int hi, float ks, int wt) {
+    const float k6 = __fmul_rn(6.f, ks), rk6 = __frcp_rn(k6);
+#pragma unroll 1
+    for (int pc = lo; pc < hi; pc++)
+#pragma unroll
+        for (int i = 0; i < kPieceBytes / 32 / kWgThreads; i++) {
+            unsigned char *a = buf + pc * kPieceBytes + (wt + i * kWgThreads) * 32;
+            const uint4 u0 = *reinterpret_cast<const uint4 *>(a);
+            const uint4 u1 = *reinterpret_cast<const uint4 *>(a + 16);
+            unsigned u[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+            float x[16], bamax = 0.f;
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                raw2<kF16>(u[e], x[2 * e], x[2 * e + 1]);
+                bamax = fmaxf(bamax, fmaxf(fabsf(x[2 * e]), fabsf(x[2 * e + 1])));
+            }
+            const fakequant::Nvfp4Scale bs = fq_nvfp4_scale(bamax, ks, k6, rk6);
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                u[e] = pack2<kF16>(fq_nvfp4_code<true, kQuick>(x[2 * e], bs),
+                                   fq_nvfp4_code<true, kQuick>(x[2 * e + 1], bs));
+            *reinterpret_cast<uint4 *>(a) = make_uint4(u[0], u[1], u[2], u[3]);
+            *reinterpret_cast<uint4 *>(a + 16) = make_uint4(u[4], u[5], u[6], u[7]);
+        }
+}
+
+// quick: FqScales::codes_quick's K bit (a uniform branch).
 template <bool kF16, int kMode>
 __device__ __forceinline__ void quantize_k_pieces(unsigned char *buf, int lo, int hi, float ks,
                                                   int wt, int wg, bool quick = false) {
     if constexpr (kMode == kFqFp8) {
         const float rk = __frcp_rn(ks);
-        if (kFp8Fast && quick) {
+        if (kCodesQuick && quick) {
 #pragma unroll 1
             for (int pc = lo; pc < hi; pc++)
 #pragma unroll
@@ -913,28 +946,8 @@ __device__ __forceinline__ void quantize_k_pieces(unsigned char *buf, int lo, in
                         buf + pc * kPieceBytes + (wt + i * kWgThreads) * 16, ks, rk);
         }
     } else if constexpr (kMode == kFqNvfp4) {
-        const float k6 = __fmul_rn(6.f, ks), rk6 = __frcp_rn(k6);
-#pragma unroll 1
-        for (int pc = lo; pc < hi; pc++)
-#pragma unroll
-            for (int i = 0; i < kPieceBytes / 32 / kWgThreads; i++) {
-                unsigned char *a = buf + pc * kPieceBytes + (wt + i * kWgThreads) * 32;
-                const uint4 u0 = *reinterpret_cast<const uint4 *>(a);
-                const uint4 u1 = *reinterpret_cast<const uint4 *>(a + 16);
-                unsigned u[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
-                float x[16], bamax = 0.f;
-#pragma unroll
-                for (int e = 0; e < 8; e++) {
-                    raw2<kF16>(u[e], x[2 * e], x[2 * e + 1]);
-                    bamax = fmaxf(bamax, fmaxf(fabsf(x[2 * e]), fabsf(x[2 * e + 1])));
-                }
-                const fakequant::Nvfp4Scale bs = fq_nvfp4_scale(bamax, ks, k6, rk6);
-#pragma unroll
-                for (int e = 0; e < 8; e++)
-                    u[e] = pack2<kF16>(fq_nvfp4_code(x[2 * e], bs), fq_nvfp4_code(x[2 * e + 1], bs));
-                *reinterpret_cast<uint4 *>(a) = make_uint4(u[0], u[1], u[2], u[3]);
-                *reinterpret_cast<uint4 *>(a + 16) = make_uint4(u[4], u[5], u[6], u[7]);
-            }
+        if (kCodesQuick && quick) nvfp4_k_pieces<kF16, true>(buf, lo, hi, ks, wt);
+        else nvfp4_k_pieces<kF16, false>(buf, lo, hi, ks, wt);
     }
     if constexpr (kMode != kFqNone) codes_visible(wg);
 }
@@ -945,14 +958,53 @@ __device__ __forceinline__ void quantize_k_pieces(unsigned char *buf, int lo, in
 // unit u = wt, wt + 128: bytes 8 (u % 2) of logical chunk (u / 2) % 8, group (u / 16) % 4,
 // piece 4 half + u / 64; first the 4 columns' amaxes, then their codes (a warp reads 2 whole
 // 128-byte rows per access; 4 columns at a time for the registers: o and P are live here).
-// quick: FqScales::fp8_fast's V bit (a uniform branch).
+// NVFP4 V codes of the column half (quantize_v_half; kQuick: fq_nvfp4_code's).
+template <bool kF16, bool kQuick>
+__device__ __forceinline__ void nvfp4_v_half(unsigned char *buf, int half, float vs, int wt) {
+    const float v6 = __fmul_rn(6.f, vs), rv6 = __frcp_rn(v6);
+#pragma unroll 1
+    for (int u = wt; u < 2 * kWgThreads; u += kWgThreads) {
+        unsigned char *b = buf + (half * kVPieces + (u >> 6)) * kPieceBytes;
+        const int c = (u >> 1) & 7, hb = (u & 1) * 8, r0 = ((u >> 4) & 3) * 16;
+        float m[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int rr = 0; rr < 16; rr++) {
+            const int r = r0 + rr;
+            const uint2 v =
+                *reinterpret_cast<const uint2 *>(b + r * 128 + ((c ^ (r & 7)) << 4) + hb);
+            float x0, x1, x2, x3;
+            raw2<kF16>(v.x, x0, x1);
+            raw2<kF16>(v.y, x2, x3);
+            m[0] = fmaxf(m[0], fabsf(x0)), m[1] = fmaxf(m[1], fabsf(x1));
+            m[2] = fmaxf(m[2], fabsf(x2)), m[3] = fmaxf(m[3], fabsf(x3));
+        }
+        fakequant::Nvfp4Scale sc[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) sc[e] = fq_nvfp4_scale(m[e], vs, v6, rv6);
+#pragma unroll 4
+        for (int rr = 0; rr < 16; rr++) {
+            const int r = r0 + rr;
+            uint2 *a = reinterpret_cast<uint2 *>(b + r * 128 + ((c ^ (r & 7)) << 4) + hb);
+            const uint2 v = *a;
+            float x[4];
+            raw2<kF16>(v.x, x[0], x[1]);
+            raw2<kF16>(v.y, x[2], x[3]);
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                x[e] = fq_nvfp4_code<false, kQuick>(x[e], sc[e]);
+            *a = make_uint2(pack2<true>(x[0], x[1]), pack2<true>(x[2], x[3]));
+        }
+    }
+}
+
+// quick: FqScales::codes_quick's V bit (a uniform branch).
 template <bool kF16, int kMode>
 __device__ __forceinline__ void quantize_v_half(unsigned char *buf, int half, float vs, int wt,
                                                 int wg, bool quick = false) {
     if constexpr (kMode == kFqFp8) {
         const float rv = __frcp_rn(vs);
         unsigned char *b = buf + half * kVPieces * kPieceBytes;
-        if (kFp8Fast && quick) {
+        if (kCodesQuick && quick) {
 #pragma unroll 4
             for (int i = 0; i < kVPieces * kPieceBytes / 16 / kWgThreads; i++)
                 fp8_codes_chunk<kF16, true, true>(b + (wt + i * kWgThreads) * 16, vs, rv);
@@ -962,40 +1014,8 @@ __device__ __forceinline__ void quantize_v_half(unsigned char *buf, int half, fl
                 fp8_codes_chunk<kF16, true>(b + (wt + i * kWgThreads) * 16, vs, rv);  // 16 chunks
         }
     } else if constexpr (kMode == kFqNvfp4) {
-        const float v6 = __fmul_rn(6.f, vs), rv6 = __frcp_rn(v6);
-#pragma unroll 1
-        for (int u = wt; u < 2 * kWgThreads; u += kWgThreads) {
-            unsigned char *b = buf + (half * kVPieces + (u >> 6)) * kPieceBytes;
-            const int c = (u >> 1) & 7, hb = (u & 1) * 8, r0 = ((u >> 4) & 3) * 16;
-            float m[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-            for (int rr = 0; rr < 16; rr++) {
-                const int r = r0 + rr;
-                const uint2 v =
-                    *reinterpret_cast<const uint2 *>(b + r * 128 + ((c ^ (r & 7)) << 4) + hb);
-                float x0, x1, x2, x3;
-                raw2<kF16>(v.x, x0, x1);
-                raw2<kF16>(v.y, x2, x3);
-                m[0] = fmaxf(m[0], fabsf(x0)), m[1] = fmaxf(m[1], fabsf(x1));
-                m[2] = fmaxf(m[2], fabsf(x2)), m[3] = fmaxf(m[3], fabsf(x3));
-            }
-            fakequant::Nvfp4Scale sc[4];
-#pragma unroll
-            for (int e = 0; e < 4; e++) sc[e] = fq_nvfp4_scale(m[e], vs, v6, rv6);
-#pragma unroll 4
-            for (int rr = 0; rr < 16; rr++) {
-                const int r = r0 + rr;
-                uint2 *a = reinterpret_cast<uint2 *>(b + r * 128 + ((c ^ (r & 7)) << 4) + hb);
-                const uint2 v = *a;
-                float x[4];
-                raw2<kF16>(v.x, x[0], x[1]);
-                raw2<kF16>(v.y, x[2], x[3]);
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    x[e] = fq_nvfp4_code<false>(x[e], sc[e]);
-                *a = make_uint2(pack2<true>(x[0], x[1]), pack2<true>(x[2], x[3]));
-            }
-        }
+        if (kCodesQuick && quick) nvfp4_v_half<kF16, true>(buf, half, vs, wt);
+        else nvfp4_v_half<kF16, false>(buf, half, vs, wt);
     }
     if constexpr (kMode != kFqNone) codes_visible(wg);
 }
@@ -1194,7 +1214,7 @@ __device__ bool attend_chunk90_fq(const DecodeParams &p, const TmaDesc &tk, cons
     const unsigned own_addr = wg == 0 ? k0 : k1;
     // K codes of the own tile's pieces, after their mbarrier (qk_tile's hook)
     auto k_codes = [&](int lo, int hi) {
-        quantize_k_pieces<kF16, kKq>(own, lo, hi, fq.k_scale, qwt, qwg, fq.fp8_fast & 1);
+        quantize_k_pieces<kF16, kKq>(own, lo, hi, fq.k_scale, qwt, qwg, fq.codes_quick & 1);
     };
     // K quantized: once this warpgroup's Q K^T is done, its tile's raw V again (rows of r)
     auto reload = [&](RowRef r) {
@@ -1223,7 +1243,7 @@ __device__ bool attend_chunk90_fq(const DecodeParams &p, const TmaDesc &tk, cons
     };
     // V quantized: the codes of this warpgroup's V columns of the tile at buf
     auto v_codes = [&](unsigned char *buf) {
-        quantize_v_half<kF16, kVq>(buf, qwg, fq.v_scale, qwt, qwg, (fq.fp8_fast & 2) != 0);
+        quantize_v_half<kF16, kVq>(buf, qwg, fq.v_scale, qwt, qwg, (fq.codes_quick & 2) != 0);
     };
 
     // Prologue: tiles 0 and 1, issued before the wait for a request's Q so that both loads are
