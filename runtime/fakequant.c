@@ -178,23 +178,22 @@ static unsigned pattern_at_or_below(double t, int f16) {
     return k;
 }
 
-/* A verdict of a quick_ok check, cached by (scale bits, dtype): 16 words, each (1 << 63) | f16 <<
- * 33 | verdict << 32 | bits, read and written whole (the calls may come from several threads). */
-typedef _Atomic unsigned long long quick_cache[16];
-
-static int cached_check(quick_cache *cache, float scale, int f16, int (*check)(float, int)) {
+/* A verdict of a quick_ok check, cached by (scale bits, dtype) in the runtime's 16 words (see
+ * mla_runtime::fq_quick). */
+static int cached_check(_Atomic unsigned long long *cache, float scale, int f16,
+                        int (*check)(float, int)) {
     union { float f; uint32_t u; } v = {scale};
-    const unsigned slot = (v.u * 2654435761u >> 28) ^ (unsigned)f16;
+    const unsigned slot = ((v.u * 2654435761u >> 28) ^ (unsigned)(f16 != 0)) & 15;
     const unsigned long long key = (1ull << 63) | (unsigned long long)(f16 != 0) << 33 | v.u;
-    const unsigned long long e = atomic_load_explicit(&(*cache)[slot & 15], memory_order_relaxed);
+    const unsigned long long e = atomic_load_explicit(&cache[slot], memory_order_relaxed);
     if ((e & ~(1ull << 32)) == key) return (int)(e >> 32 & 1);
     const int verdict = check(scale, f16);
-    atomic_store_explicit(&(*cache)[slot & 15], key | (unsigned long long)verdict << 32,
+    atomic_store_explicit(&cache[slot], key | (unsigned long long)verdict << 32,
                           memory_order_relaxed);
     return verdict;
 }
 
-static int fp8_quick_check(float sc, int f16) {
+int mla__fq_fp8_quick_ok(float sc, int f16) {
     if (!(sc > 0.0f) || !isfinite(sc)) return 0;
     volatile float one = 1.0f;
     const float rsc = one / sc;
@@ -216,7 +215,7 @@ static int fp8_quick_check(float sc, int f16) {
     return 1;
 }
 
-static int nvfp4_quick_check(float gs, int f16) {
+int mla__fq_nvfp4_quick_ok(float gs, int f16) {
     static const double mid[] = {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0};
     if (!(gs > 0.0f) || !isfinite(gs)) return 0;
     const unsigned top = f16 ? 0x7bffu : 0x7f7fu;
@@ -241,19 +240,10 @@ static int nvfp4_quick_check(float gs, int f16) {
     return 1;
 }
 
-int mla__fq_fp8_quick_ok(float sc, int f16) {
-    static quick_cache cache;
-    return cached_check(&cache, sc, f16, fp8_quick_check);
-}
-
-int mla__fq_nvfp4_quick_ok(float gs, int f16) {
-    static quick_cache cache;
-    return cached_check(&cache, gs, f16, nvfp4_quick_check);
-}
-
-int mla__fq_codes_quick(int mode, float scale, int f16) {
-    return mode == MLA_QDQ_FP8 ? mla__fq_fp8_quick_ok(scale, f16)
-         : mode == MLA_QDQ_NVFP4 ? mla__fq_nvfp4_quick_ok(scale, f16) : 0;
+int mla__fq_codes_quick(mla_runtime *rt, int mode, float scale, int f16) {
+    return mode == MLA_QDQ_FP8 ? cached_check(rt->fq_quick[0], scale, f16, mla__fq_fp8_quick_ok)
+         : mode == MLA_QDQ_NVFP4 ? cached_check(rt->fq_quick[1], scale, f16, mla__fq_nvfp4_quick_ok)
+         : 0;
 }
 
 float mla__fq_scale(int mode, float amax) {

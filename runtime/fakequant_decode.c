@@ -227,8 +227,8 @@ static mla_status decode_spec(const mla_attention_decode_args *a, const dims *d,
 }
 
 /* The parameter block of the tensor-core kernels (decode_mma.cu, decode_sm90.cu). */
-static mla__fq_decode_mma_params mma_params(const mla_attention_decode_args *a, const dims *d,
-                                            int slots) {
+static mla__fq_decode_mma_params mma_params(mla_runtime *rt, const mla_attention_decode_args *a,
+                                            const dims *d, int slots) {
     CUdeviceptr ws = mla__data(a->workspace);
     long long rows = (long long)d->batch * d->heads * slots;
     float qk_scale = (float)((double)a->softmax_scale * LOG2E);
@@ -248,15 +248,15 @@ static mla__fq_decode_mma_params mma_params(const mla_attention_decode_args *a, 
         .pv_eff = (float)((double)p_scale * v_scale),
         .k_scale = k_scale, .v_scale = v_scale, .p_scale = p_scale,
         /* decode_sm90.cu's alternation: the fp8 K / V codes' shortcut where it is exact */
-        .codes_quick = mla__fq_codes_quick(a->k_qdq, k_scale, d->cache == MLA__FQ_FP16) |
-                       mla__fq_codes_quick(a->v_qdq, v_scale, d->cache == MLA__FQ_FP16) << 1,
+        .codes_quick = mla__fq_codes_quick(rt, a->k_qdq, k_scale, d->cache == MLA__FQ_FP16) |
+                       mla__fq_codes_quick(rt, a->v_qdq, v_scale, d->cache == MLA__FQ_FP16) << 1,
     };
     return p;
 }
 
 static mla_status launch_decode_mma(mla_runtime *rt, const mla_attention_decode_args *a,
                                     const dims *d, int slots, CUstream stream) {
-    mla__fq_decode_mma_params p = mma_params(a, d, slots);
+    mla__fq_decode_mma_params p = mma_params(rt, a, d, slots);
     mla__spec spec;
     MLA_FORWARD_IF_ERROR(decode_spec(a, d, "fakequant_decode_mma", &spec));
     const mla__kernel *k = NULL;
@@ -334,7 +334,7 @@ static int encode_cache_tma(mla_runtime *rt, const mla_attention_decode_args *a,
 static mla_status launch_decode_sm90(mla_runtime *rt, const mla_attention_decode_args *a,
                                      const dims *d, int slots, const CUtensorMap *map,
                                      CUstream stream) {
-    mla__fq_decode_mma_params p = mma_params(a, d, slots);
+    mla__fq_decode_mma_params p = mma_params(rt, a, d, slots);
     mla__spec spec;
     MLA_FORWARD_IF_ERROR(decode_spec(a, d, "fakequant_decode_sm90", &spec));
     /* q_fp32: the feature split (with the residual product of an inexact q) instead of the tile

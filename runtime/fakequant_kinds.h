@@ -253,9 +253,10 @@ int mla__fq_fp8_quick_ok(float sc, int f16);
  * form (sb = fl32(e4 gs), e4 each nonzero E4M3 code), fl(|x| fl(1 / sb)) and fl(|x| / sb) give the
  * same E2M1 magnitude for every finite 16-bit x. */
 int mla__fq_nvfp4_quick_ok(float gs, int f16);
-/* mla__fq_fp8_quick_ok or mla__fq_nvfp4_quick_ok by mode (0 for none): the codes_quick bit of an
- * operand of that mode and per-tensor scale. */
-int mla__fq_codes_quick(int mode, float scale, int f16);
+/* mla__fq_fp8_quick_ok or mla__fq_nvfp4_quick_ok by mode (0 for none), cached in rt (the
+ * checks take 40 / 120 us; mla_runtime::fq_quick): the codes_quick bit of an operand of that mode
+ * and per-tensor scale. */
+int mla__fq_codes_quick(struct mla_runtime *rt, int mode, float scale, int f16);
 /* Checks that a kind's spec has exactly the parameters names[0..n), in order, and each is in
  * [0, max[i]] (the builders of runtime/fakequant.c and fakequant_prefill.c). */
 mla_status mla__fq_check_params(const struct mla__spec *spec, const char *const *names,

@@ -485,8 +485,8 @@ mla_status mla__flash_with_kvcache_fq(mla_runtime *rt, const mla_flash_with_kvca
     const int both_nvfp4 = k_qdq == MLA_QDQ_NVFP4 && v_qdq == MLA_QDQ_NVFP4;
     mla__fq_dense_scales fq = {k_scale, v_scale, chunk_units,
                                both_nvfp4 ? 0
-                                          : mla__fq_codes_quick(k_qdq, k_scale, f16) |
-                                                mla__fq_codes_quick(v_qdq, v_scale, f16) << 1};
+                                          : mla__fq_codes_quick(rt, k_qdq, k_scale, f16) |
+                                                mla__fq_codes_quick(rt, v_qdq, v_scale, f16) << 1};
     void *kargs[] = {(void *)&p, (void *)&map, (void *)&fq};
     MLA_FORWARD_IF_ERROR(mla__launch_pdl(rt, k, (unsigned)d.parts, (unsigned)d.h_kv, m_blocks,
                                          stream, kargs));

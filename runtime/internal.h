@@ -335,6 +335,10 @@ struct mla_runtime {
     const char *flashmla_sparse_sm90; /* $MLAJIT_FLASHMLA_SPARSE_SM90 at create: "pingpong", "ws",
                                       "x2" or "x2c" (the sm_90a sparse kernels of one structure,
                                       for comparisons), or NULL (the defaults) */
+    /* verdicts of the fake-quant codes' shortcut checks (runtime/fakequant.c mla__fq_codes_quick),
+     * [0] fp8, [1] NVFP4: 16 words each, (1 << 63) | f16 << 33 | verdict << 32 | scale bits,
+     * read and written whole (calls may come from several threads); 0: empty */
+    _Atomic unsigned long long fq_quick[2][16];
     pthread_mutex_t lock;          /* guards the table */
     pthread_mutex_t sources_lock;  /* guards sources */
     mla__table_slot *table;        /* open addressing, capacity a power of two */

@@ -290,6 +290,27 @@ Test(fakequant_quant, nvfp4_fast_path_check) {
             refused += !fast, allowed += fast;
         }
     cr_expect(refused > 0 && allowed > 0, "refused %d, allowed %d", refused, allowed);
-    cr_expect(mla__fq_codes_quick(MLA_QDQ_NONE, 1.0f, 0) == 0, "no codes without quantization");
+}
+
+/* The runtime's cached verdicts: the checks' own, twice (filled, then read back), for both
+ * modes, dtypes and scales that pass and fail; none for an unquantized operand. */
+Test(fakequant_quant, codes_quick_cache) {
+    mla_runtime *rt = NULL;
+    cr_assert(mla_runtime_create(NULL, &rt) == MLA_OK && rt, "runtime (no GPU needed)");
+    static const float amaxes[] = {NAN, 2.1f, 3.0f, 4.0f, 0.40625f, 10.0f};
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < sizeof amaxes / sizeof amaxes[0]; i++)
+            for (int f16 = 0; f16 < 2; f16++) {
+                const float s8 = mla__fq_scale(MLA_QDQ_FP8, amaxes[i]);
+                const float s4 = mla__fq_scale(MLA_QDQ_NVFP4, amaxes[i]);
+                cr_expect(mla__fq_codes_quick(rt, MLA_QDQ_FP8, s8, f16) ==
+                              mla__fq_fp8_quick_ok(s8, f16),
+                          "pass %d amax %g f16 %d: fp8 verdict", pass, amaxes[i], f16);
+                cr_expect(mla__fq_codes_quick(rt, MLA_QDQ_NVFP4, s4, f16) ==
+                              mla__fq_nvfp4_quick_ok(s4, f16),
+                          "pass %d amax %g f16 %d: NVFP4 verdict", pass, amaxes[i], f16);
+            }
+    cr_expect(mla__fq_codes_quick(rt, MLA_QDQ_NONE, 1.0f, 0) == 0, "no codes without quantization");
+    mla_runtime_destroy(rt);
 }
 
