@@ -924,27 +924,26 @@ __device__ __forceinline__ void nvfp4_k_pieces(unsigned char *buf, int lo, int h
         }
 }
 
+// fp8 K codes of pieces [lo, hi) (quantize_k_pieces; kQuick: fp8_code_pair's).
+template <bool kF16, bool kQuick>
+__device__ __forceinline__ void fp8_k_pieces(unsigned char *buf, int lo, int hi, float ks,
+                                             float rk, int wt) {
+#pragma unroll 1
+    for (int pc = lo; pc < hi; pc++)
+#pragma unroll
+        for (int i = 0; i < kPieceBytes / 16 / kWgThreads; i++)
+            fp8_codes_chunk<kF16, kF16, kQuick>(buf + pc * kPieceBytes + (wt + i * kWgThreads) * 16,
+                                                ks, rk);
+}
+
 // quick: FqScales::codes_quick's K bit (a uniform branch).
 template <bool kF16, int kMode>
 __device__ __forceinline__ void quantize_k_pieces(unsigned char *buf, int lo, int hi, float ks,
                                                   int wt, int wg, bool quick = false) {
     if constexpr (kMode == kFqFp8) {
         const float rk = __frcp_rn(ks);
-        if (kCodesQuick && quick) {
-#pragma unroll 1
-            for (int pc = lo; pc < hi; pc++)
-#pragma unroll
-                for (int i = 0; i < kPieceBytes / 16 / kWgThreads; i++)
-                    fp8_codes_chunk<kF16, kF16, true>(
-                        buf + pc * kPieceBytes + (wt + i * kWgThreads) * 16, ks, rk);
-        } else {
-#pragma unroll 1
-            for (int pc = lo; pc < hi; pc++)
-#pragma unroll
-                for (int i = 0; i < kPieceBytes / 16 / kWgThreads; i++)
-                    fp8_codes_chunk<kF16, kF16>(
-                        buf + pc * kPieceBytes + (wt + i * kWgThreads) * 16, ks, rk);
-        }
+        if (kCodesQuick && quick) fp8_k_pieces<kF16, true>(buf, lo, hi, ks, rk, wt);
+        else fp8_k_pieces<kF16, false>(buf, lo, hi, ks, rk, wt);
     } else if constexpr (kMode == kFqNvfp4) {
         if (kCodesQuick && quick) nvfp4_k_pieces<kF16, true>(buf, lo, hi, ks, wt);
         else nvfp4_k_pieces<kF16, false>(buf, lo, hi, ks, wt);
@@ -1004,6 +1003,8 @@ __device__ __forceinline__ void quantize_v_half(unsigned char *buf, int half, fl
     if constexpr (kMode == kFqFp8) {
         const float rv = __frcp_rn(vs);
         unsigned char *b = buf + half * kVPieces * kPieceBytes;
+        // the two loops written out: as a helper taking b they changed the address arithmetic
+        // of the kinds with fp8 V (SASS compared)
         if (kCodesQuick && quick) {
 #pragma unroll 4
             for (int i = 0; i < kVPieces * kPieceBytes / 16 / kWgThreads; i++)
