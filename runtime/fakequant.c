@@ -143,13 +143,6 @@ static float value16(unsigned bits, int f16) {
     return bits & 0x8000 ? -mag : mag;
 }
 
-/* Whether the codes of x for scale sc agree on the two paths: the exact quotient fl(x / sc) and
- * the product fl(x * fl(1 / sc)). */
-static int fp8_paths_agree(float x, float sc, float rsc) {
-    volatile float q = x / sc, p = x * rsc;
-    return e4m3_satfinite(q) == e4m3_satfinite(p);
-}
-
 /* E2M1 magnitude of q >= 0 (spec §2.1 rne_e2m1_mag: RNE on {0, .5, 1, 1.5, 2, 3, 4, 6}, 6 above). */
 static double e2m1_mag(double a) {
     return a <= 0.25 ? 0.0 : a < 0.75 ? 0.5 : a <= 1.25 ? 1.0 : a < 1.75 ? 1.5 : a <= 2.5 ? 2.0
@@ -178,6 +171,19 @@ static unsigned pattern_at_or_below(double t, int f16) {
     return k;
 }
 
+/* Whether the positive 16-bit patterns next to t (the largest at or below it, k, and k - 1 ..
+ * k + 2) get the same code from the exact quotient fl(x / s) and from the product fl(x rs), rs =
+ * fl(1 / s). */
+static int paths_agree_near(double t, float s, float rs, int f16, double (*code)(double)) {
+    const unsigned top = f16 ? 0x7bffu : 0x7f7fu, a = pattern_at_or_below(t, f16);
+    for (unsigned k = a > 0 ? a - 1 : 0; k <= a + 2 && k <= top; k++) {
+        const float x = value16(k, f16);
+        volatile float q = x / s, p = x * rs;
+        if (code(q) != code(p)) return 0;
+    }
+    return 1;
+}
+
 /* A verdict of a quick_ok check, cached by (scale bits, dtype) in the runtime's 16 words (see
  * mla_runtime::fq_quick). */
 static int cached_check(_Atomic unsigned long long *cache, float scale, int f16,
@@ -201,16 +207,13 @@ int mla__fq_fp8_quick_ok(float sc, int f16) {
     /* Both quotients lie within 2^-23 of x / sc (relative), so they can round differently only
      * for x / sc within that of a rounding boundary of E4M3, a midpoint M of two adjacent codes
      * below 448 (at 448 and above both paths give 448). The 16-bit grid is at least 2^-11
-     * relative apart there, so the only candidates are the positive patterns next to M sc: the
-     * largest k with value(k) <= M sc (by bisection; positive finite patterns are ordered like
-     * their values) and its neighbours k - 1 .. k + 2. The paths are odd in x, so negative x
-     * follow. */
-    const unsigned top = f16 ? 0x7bffu : 0x7f7fu;   /* the largest finite positive pattern */
+     * relative apart there, so the only candidates are the positive patterns next to M sc
+     * (paths_agree_near; positive finite patterns are ordered like their values). The paths are
+     * odd in x, so negative x follow. */
     for (int c = 0; c < 126; c++) {   /* E4M3 codes 0x00 .. 0x7e: 0 .. 448, ascending */
-        const double v0 = e4m3_value(c), v1 = e4m3_value(c + 1);
-        const unsigned a = pattern_at_or_below(0.5 * (v0 + v1) * (double)sc, f16);   /* exact */
-        for (unsigned k = a > 0 ? a - 1 : 0; k <= a + 2 && k <= top; k++)
-            if (!fp8_paths_agree(value16(k, f16), sc, rsc)) return 0;
+        const double mid = 0.5 * (e4m3_value(c) + e4m3_value(c + 1));
+        if (!paths_agree_near(mid * (double)sc, sc, rsc, f16, e4m3_satfinite))   /* exact */
+            return 0;
     }
     return 1;
 }
@@ -218,7 +221,6 @@ int mla__fq_fp8_quick_ok(float sc, int f16) {
 int mla__fq_nvfp4_quick_ok(float gs, int f16) {
     static const double mid[] = {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0};
     if (!(gs > 0.0f) || !isfinite(gs)) return 0;
-    const unsigned top = f16 ? 0x7bffu : 0x7f7fu;
     volatile float one = 1.0f;
     for (int c = 1; c <= 126; c++) {   /* every nonzero block scale code e4 */
         volatile float e4 = (float)e4m3_value(c);
@@ -228,14 +230,8 @@ int mla__fq_nvfp4_quick_ok(float gs, int f16) {
         if (!isfinite(sb) || !isfinite(rsb)) return 0;
         /* as in mla__fq_fp8_quick_ok: only |x| next to a midpoint M of the E2M1 grid times sb
          * can round differently (beyond 5 both give 6) */
-        for (int i = 0; i < 7; i++) {
-            const unsigned a = pattern_at_or_below(mid[i] * (double)sb, f16);   /* exact */
-            for (unsigned k = a > 0 ? a - 1 : 0; k <= a + 2 && k <= top; k++) {
-                const float x = value16(k, f16);
-                volatile float q = x / sb, p = x * rsb;
-                if (e2m1_mag(q) != e2m1_mag(p)) return 0;
-            }
-        }
+        for (int i = 0; i < 7; i++)
+            if (!paths_agree_near(mid[i] * (double)sb, sb, rsb, f16, e2m1_mag)) return 0;   /* exact */
     }
     return 1;
 }
@@ -244,6 +240,10 @@ int mla__fq_codes_quick(mla_runtime *rt, int mode, float scale, int f16) {
     return mode == MLA_QDQ_FP8 ? cached_check(rt->fq_quick[0], scale, f16, mla__fq_fp8_quick_ok)
          : mode == MLA_QDQ_NVFP4 ? cached_check(rt->fq_quick[1], scale, f16, mla__fq_nvfp4_quick_ok)
          : 0;
+}
+
+int mla__fq_scale_reciprocal_ok(int mode, float amax) {
+    return mode == MLA_QDQ_NONE || mla__fq_scale(mode, amax) >= 0x1p-100f;
 }
 
 float mla__fq_scale(int mode, float amax) {

@@ -278,9 +278,9 @@ static int use_sm90(const mla_runtime *rt, const mla_attention_decode_args *a, c
      * codes and flashmla/decode_sm90.cu's K / V quantizers, which have no fallback for an
      * infinite reciprocal of a scale: every set K / V scale and an NVFP4 P's at least 2^-100 */
     int alt = !d->q_fp32;
-    if (alt && ((a->p_qdq == MLA_QDQ_NVFP4 && !(mla__fq_scale(a->p_qdq, a->p_qdq_amax) >= 0x1p-100f)) ||
-                (a->k_qdq && !(mla__fq_scale(a->k_qdq, a->k_qdq_amax) >= 0x1p-100f)) ||
-                (a->v_qdq && !(mla__fq_scale(a->v_qdq, a->v_qdq_amax) >= 0x1p-100f))))
+    if (alt && ((a->p_qdq == MLA_QDQ_NVFP4 && !mla__fq_scale_reciprocal_ok(a->p_qdq, a->p_qdq_amax)) ||
+                !mla__fq_scale_reciprocal_ok(a->k_qdq, a->k_qdq_amax) ||
+                !mla__fq_scale_reciprocal_ok(a->v_qdq, a->v_qdq_amax)))
         return 0;
     return !rt->fakequant_decode_mma && k && !strcmp(rt->arch, k->only_arch) && d->page % 8 == 0 &&
            (rt->fakequant_decode_sm90 || mla__fq_sm90_default(a->k_qdq, a->v_qdq, a->p_qdq, d->q_fp32));
@@ -464,8 +464,8 @@ static int use_dense(const mla_runtime *rt, const mla_attention_decode_args *a, 
     if (!pl->kv && !mla__fq_dense_modes(a->k_qdq, a->v_qdq, a->p_qdq, d->q_fp32, out_same))
         return 0;
     /* the quantizing kernel's quantizers take reciprocals of the scales without a fallback */
-    if (pl->kv && (d->page % 8 || (a->k_qdq && mla__fq_scale(a->k_qdq, a->k_qdq_amax) < 0x1p-100f) ||
-                   (a->v_qdq && mla__fq_scale(a->v_qdq, a->v_qdq_amax) < 0x1p-100f)))
+    if (pl->kv && (d->page % 8 || !mla__fq_scale_reciprocal_ok(a->k_qdq, a->k_qdq_amax) ||
+                   !mla__fq_scale_reciprocal_ok(a->v_qdq, a->v_qdq_amax)))
         return 0;
     if (d->heads > 2048 || !stride16(a->q, 0) || !stride16(a->q, 1) || mla__data(a->q) % 16 ||
         !stride16(a->out, 0) || !stride16(a->out, 1) || mla__data(a->out) % 16)

@@ -243,6 +243,10 @@ static inline int mla__fq_prefill_sm90_smem(int dqk, int dv) {
 /* The fp32 scale of a mode's per-tensor amax (NAN: None): fp8 amax / 448, nvfp4 amax / 2688
  * (the global scale), 1 for None or mode none. */
 float mla__fq_scale(int mode, float amax);
+/* 1 for an unquantized operand or a per-tensor scale of at least 2^-100: the tensor-core
+ * kernels' quantizers without a fallback division (the sm_90a decode's and prefill's) may take
+ * its reciprocals (scale, 6 scale and every NVFP4 block scale >= 2^-9 scale stay normal). */
+int mla__fq_scale_reciprocal_ok(int mode, float amax);
 /* 1 when, for the fp8 scale sc, every finite x of the 16-bit cache dtype (f16: float16, else
  * bfloat16) gets the same E4M3 code (cvt.rn.satfinite) from fl(x * fl(1 / sc)) as from the
  * correctly rounded quotient fl(x / sc), so that the K / V quantizers may skip the quotient's

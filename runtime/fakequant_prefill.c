@@ -305,21 +305,16 @@ static mla_status launch_tiles(mla_runtime *rt, const mla__kernel *k,
     return launch_grid(rt, k, a, d, cta_rows, args, stream);
 }
 
-/* A quantized operand's per-tensor scale lets the wgmma prefill's quantizers use reciprocals:
- * scale, 6 scale and every NVFP4 block scale (>= 2^-9 scale) normal, so their reciprocals are
- * finite (prefill_sm90.cu drops the fallback division). */
-static int sm90_scale_ok(int mode, float amax) {
-    return mode == MLA_QDQ_NONE || mla__fq_scale(mode, amax) >= 0x1p-100f;
-}
-
 /* The wgmma prefill applies: where the tensor-core one does, on sm_90a, no CTA shape of the
- * mma.sync kernel forced, v_head_dim 64 or 128, scales as sm90_scale_ok says. */
+ * mma.sync kernel forced, v_head_dim 64 or 128, scales as mla__fq_scale_reciprocal_ok says. */
 static int use_sm90(const mla_runtime *rt, const mla_prefill_attention_args *a, const pdims *d) {
     const mla__kernel_kind *kind = mla__kernel_kind_find("fakequant_prefill_sm90");
     return use_mma(rt, a, d) && !rt->fakequant_prefill_warps && sm90_dv_ok(d->dv) &&
-           !strcmp(rt->arch, kind->only_arch) && sm90_scale_ok(a->q_quant, a->q_amax) &&
-           sm90_scale_ok(a->k_quant, a->k_amax) && sm90_scale_ok(a->p_quant, a->p_amax) &&
-           sm90_scale_ok(a->v_quant, a->v_amax);
+           !strcmp(rt->arch, kind->only_arch) &&
+           mla__fq_scale_reciprocal_ok(a->q_quant, a->q_amax) &&
+           mla__fq_scale_reciprocal_ok(a->k_quant, a->k_amax) &&
+           mla__fq_scale_reciprocal_ok(a->p_quant, a->p_amax) &&
+           mla__fq_scale_reciprocal_ok(a->v_quant, a->v_amax);
 }
 
 /* The TMA descriptor of k or v [total_k, kv_heads, dim] for the wgmma prefill: a 4-D tensor

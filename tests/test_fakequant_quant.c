@@ -198,15 +198,10 @@ Test(fakequant_quant, device_matches_float64) {
 
 /* ---- the fp8 shortcut's check ------------------------------------------------------------- */
 
-/* The value of a 16-bit pattern (bfloat16, or float16 when f16). */
+/* The value of a 16-bit pattern (bfloat16, or float16 when f16; the references' decoders). */
 static float pattern16(unsigned bits, int f16) {
-    if (!f16) {
-        union { uint32_t u; float f; } v = {bits << 16};
-        return v.f;
-    }
-    unsigned e = (bits >> 10) & 31, m = bits & 1023;
-    float mag = e == 0 ? ldexpf((float)m, -24) : e == 31 ? INFINITY : ldexpf((float)(m | 1024), (int)e - 25);
-    return bits & 0x8000 ? -mag : mag;
+    return (float)(f16 ? mlr_flashmla_fp16_to_f64((uint16_t)bits)
+                       : mlr_flashmla_bf16_to_f64((uint16_t)bits));
 }
 
 /* E4M3 of q as cvt.rn.satfinite rounds it (|q| >= 448: 448). */
@@ -214,15 +209,16 @@ static double satfinite_e4m3(double q) {
     return fabs(q) >= 448.0 ? copysign(448.0, q) : mlr_fq_rne_e4m3(q);
 }
 
-/* Every finite x of the dtype: the product path's code equals the quotient path's. */
-static int paths_agree_everywhere(float sc, int f16) {
+/* Every finite x among the dtype's first n patterns (65536: all, 32768: the positive ones):
+ * code(fl(x / s)) equals code(fl(x * fl(1 / s))). */
+static int paths_agree_everywhere(float s, int f16, unsigned n, double (*code)(double)) {
     volatile float one = 1.0f;
-    const float rsc = one / sc;
-    for (unsigned b = 0; b < 65536; b++) {
+    const float rs = one / s;
+    for (unsigned b = 0; b < n; b++) {
         const float x = pattern16(b, f16);
         if (!isfinite(x)) continue;
-        volatile float q = x / sc, p = x * rsc;
-        if (satfinite_e4m3(q) != satfinite_e4m3(p)) return 0;
+        volatile float q = x / s, p = x * rs;
+        if (code(q) != code(p)) return 0;
     }
     return 1;
 }
@@ -238,7 +234,8 @@ Test(fakequant_quant, fp8_fast_path_check) {
                                  : (float)(1 + r % 61) / (float)(1 + (r >> 8) % 61);
         const float sc = mla__fq_scale(MLA_QDQ_FP8, amax);
         for (int f16 = 0; f16 < 2; f16++) {
-            const int fast = mla__fq_fp8_quick_ok(sc, f16), all = paths_agree_everywhere(sc, f16);
+            const int fast = mla__fq_fp8_quick_ok(sc, f16);
+            const int all = paths_agree_everywhere(sc, f16, 65536, satfinite_e4m3);
             cr_expect(!fast || all, "amax %.9g (scale %a) %s: the check allows the shortcut, but "
                       "some x rounds differently", amax, sc, f16 ? "float16" : "bfloat16");
             refused += !fast, agreed += all;
@@ -250,27 +247,13 @@ Test(fakequant_quant, fp8_fast_path_check) {
     cr_expect(!mla__fq_fp8_quick_ok(0.0f, 0) && !mla__fq_fp8_quick_ok(INFINITY, 1), "bad scales");
 }
 
-/* E2M1 magnitude (spec §2.1 rne_e2m1_mag). */
-static double e2m1_magnitude(double a) {
-    return a <= 0.25 ? 0.0 : a < 0.75 ? 0.5 : a <= 1.25 ? 1.0 : a < 1.75 ? 1.5 : a <= 2.5 ? 2.0
-         : a < 3.5 ? 3.0 : a <= 5.0 ? 4.0 : 6.0;
-}
-
-/* Every nonzero block scale of gs and every finite x: the product path's E2M1 magnitude equals
- * the quotient path's. */
+/* Every nonzero block scale sb = fl32(e4 gs) of gs and every finite positive x: the product
+ * path's E2M1 magnitude equals the quotient path's. */
 static int nvfp4_paths_agree_everywhere(float gs, int f16) {
-    volatile float one = 1.0f;
     for (int c = 1; c <= 126; c++) {
-        const int e = c >> 3, m = c & 7;
-        volatile float e4 = (float)(e == 0 ? ldexp(m, -9) : ldexp(8 + m, e - 10));
-        const float sb = e4 * gs, rsb = one / sb;
-        if (sb == 0.0f) continue;
-        for (unsigned b = 0; b < 32768; b++) {
-            const float x = pattern16(b, f16);
-            if (!isfinite(x)) continue;
-            volatile float q = x / sb, p = x * rsb;
-            if (e2m1_magnitude(q) != e2m1_magnitude(p)) return 0;
-        }
+        volatile float e4 = (float)mlr_flashmla_e4m3_to_f64((uint8_t)c);
+        const float sb = e4 * gs;
+        if (sb != 0.0f && !paths_agree_everywhere(sb, f16, 32768, mlr_fq_e2m1_mag)) return 0;
     }
     return 1;
 }
