@@ -19,7 +19,7 @@
 #define DSV4_MAX_H 65536
 #define DSV4_MAX_SHIFT 20      /* page_size, c128_page_block <= 2^20 rows */
 #define DSV4_ATTN_THREADS 256
-#define DSV4_ATTN_SMEM 172032  /* kSmemBudget of kernel_src/dsv4/attention.cu */
+#define DSV4_ATTN_SMEM 190464  /* kSmemBudget of kernel_src/dsv4/attention.cu */
 
 static const char *const attention_param_names[] = {"H", "page_size", "draft_tokens", "hca"};
 

@@ -39,7 +39,7 @@
 // --- barrier 2 (all KV / c128 writes and all q are visible: A6)
 // HCA: kv_score_ring row kv_gate_ring_row[t] = g[t] (of two tokens on one row, the later
 //          position wins), after every compressor has read the ring.
-// Phase 4: work items (token t, head group of 16, split s) per the split-KV contract of
+// Phase 4: work items (token t, head group of 16 (T <= 16) or 32, split s) per the split-KV contract of
 //          runtime/internal.h: Q = bf16(rope(rmsnorm(q_h, eps q_eps)[448:], freqs_real[p]));
 //          rows g < rows: SWA slots of the plan (slot0 + g if g < len0, else slot1 + g - len0),
 //          rows..rows + c128_attn_len[t]: c128 row j at c128_page_table[t, j / B] * B + j % B;
@@ -88,7 +88,7 @@ constexpr int kQL = 1024, kKVL = 512, kHeads = 64, kHeadDim = 512, kNope = 448;
 constexpr int kQCols = kHeads * kHeadDim;
 constexpr int kRowBytes = 576, kSlotBytes = 8;  // one KV row, one scale slot
 constexpr int kBarriers = 3, kExitWord = kBarriers;  // bank words: barriers, exit count
-constexpr int kSmemBudget = 172032;             // DSV4_ATTN_SMEM of runtime/dsv4_attention.c
+constexpr int kSmemBudget = 190464;             // DSV4_ATTN_SMEM of runtime/dsv4_attention.c
 
 __host__ __device__ constexpr int ilog2(int v) { return v <= 1 ? 0 : 1 + ilog2(v / 2); }
 
@@ -929,36 +929,47 @@ __device__ void phase_q_projection(const Params &p, const sgemm::Maps &maps,
 // ---- phase 4: sparse attention --------------------------------------------------------------
 
 namespace attn {
-constexpr int kHG = 16;                     // heads per work item (one MMA M tile)
-constexpr int kGroups = kHeads / kHG;
 constexpr int kRows = 64;                   // KV rows per tile
 constexpr int kLd = kHeadDim + 8;           // bf16 per row of sQ and sKV (1040 B)
 constexpr int kSLd = kRows + 4;             // fp32 per row of sS
 constexpr int kPLd = kRows + 8;             // bf16 per row of sP (144 B)
 constexpr int kRawBytes = kRows * (kRowBytes + kSlotBytes);
-constexpr int kOffQ = 0;
-constexpr int kOffKV = kOffQ + kHG * kLd * 2;
-constexpr int kOffRaw = kOffKV + kRows * kLd * 2;           // 2 raw tiles (double buffer)
-constexpr int kOffTbl = kOffRaw + 2 * kRawBytes;            // [2][2][kRows] row, slot pointers
-constexpr int kOffS = kOffTbl + 2 * 2 * kRows * 8;
-constexpr int kOffP = kOffS + kHG * kSLd * 4;
-constexpr int kOffStat = kOffP + kHG * kPLd * 2;            // corr, m, l [kHG] each
-constexpr int kSmemBytes = kOffStat + 3 * kHG * 4;
-static_assert(kRawBytes % 16 == 0 && kOffTbl % 16 == 0 && kOffS % 16 == 0, "16-byte regions");
+// Heads per work item: 16 (one MMA M tile) in split launches (p.split > 0: T <= 16, where the
+// parts give the parallelism), 32 (two M tiles sharing each dequantized tile) in unsplit ones,
+// where 16-head items made two or more waves that each dequantized the same rows.
+template <int kHG>
+struct Layout {
+    static_assert(kHG == 16 || kHG == 32, "16 or 32 heads per item");
+    static constexpr int kMT = kHG / 16;    // MMA M tiles
+    static constexpr int kGroups = kHeads / kHG;
+    static constexpr int kOffQ = 0;
+    static constexpr int kOffKV = kOffQ + kHG * kLd * 2;
+    static constexpr int kOffRaw = kOffKV + kRows * kLd * 2;     // 2 raw tiles (double buffer)
+    static constexpr int kOffTbl = kOffRaw + 2 * kRawBytes;      // [2][2][kRows] row, slot pointers
+    static constexpr int kOffS = kOffTbl + 2 * 2 * kRows * 8;
+    static constexpr int kOffP = kOffS + kHG * kSLd * 4;
+    static constexpr int kOffStat = kOffP + kHG * kPLd * 2;      // corr, m, l [kHG] each
+    static constexpr int kSmemBytes = kOffStat + 3 * kHG * 4;
+    static_assert(kRawBytes % 16 == 0 && kOffTbl % 16 == 0 && kOffS % 16 == 0, "16-byte regions");
+};
+constexpr int kSmemBytes = Layout<32>::kSmemBytes > Layout<16>::kSmemBytes
+                               ? Layout<32>::kSmemBytes : Layout<16>::kSmemBytes;
 }  // namespace attn
 
-// One work item: token t, heads 16 hg .. 16 hg + 15, virtual rows [begin, end) of the token's
-// row set (SWA rows then compressed rows).
+// One work item: token t, heads kHG hg .. kHG hg + kHG - 1, virtual rows [begin, end) of the
+// token's row set (SWA rows then compressed rows).
 struct Item {
     int t, hg, split, begin, end;
     int4 plan;
 };
 
+template <int kHG>
 __device__ __forceinline__ Item item_of(const Params &p, int index, bool has_c128) {
+    constexpr int kGroups = attn::Layout<kHG>::kGroups;
     const int nsplit = p.split ? p.split : 1;
     Item it;
-    it.t = index / (attn::kGroups * nsplit);
-    const int rem = index % (attn::kGroups * nsplit);
+    it.t = index / (kGroups * nsplit);
+    const int rem = index % (kGroups * nsplit);
     it.hg = rem / nsplit;
     it.split = rem % nsplit;
     it.plan = p.plan[it.t];
@@ -1038,15 +1049,17 @@ __device__ void dequant_kv_tile(const unsigned char *raw, unsigned char *kv) {
     }
 }
 
-// sQ[h] = bf16(rope(rmsnorm(q_h, no gain, q_eps))) for the item's 16 heads (A2); warp w: 2 heads.
+// sQ[h] = bf16(rope(rmsnorm(q_h, no gain, q_eps))) for the item's kHG heads (A2); warp w:
+// kHG / 8 heads.
+template <int kHG>
 __device__ void load_q(const Params &p, const Item &it, unsigned char *sq) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const float *f_row = p.freqs + (long long)p.positions[it.t] * 64;
 #pragma unroll
-    for (int hh = 0; hh < attn::kHG / kWarps; ++hh) {
-        const int hl = warp * (attn::kHG / kWarps) + hh;
-        const __nv_bfloat16 *src = p.q_or_x + (long long)it.t * kQCols +
-                                   (it.hg * attn::kHG + hl) * kHeadDim + lane * 16;
+    for (int hh = 0; hh < kHG / kWarps; ++hh) {
+        const int hl = warp * (kHG / kWarps) + hh;
+        const __nv_bfloat16 *src =
+            p.q_or_x + (long long)it.t * kQCols + (it.hg * kHG + hl) * kHeadDim + lane * 16;
         float v[16];
         load_bf16<16>(src, v);
         float ss = 0.0f;
@@ -1060,166 +1073,211 @@ __device__ void load_q(const Params &p, const Item &it, unsigned char *sq) {
     }
 }
 
-// sS[h][r] = scale2 * Q[h] . K[r] (log2 units), -inf for rows >= nvalid; warp w: rows 8w..8w+7.
+// sS[h][r] = scale2 * Q[h] . K[r] (log2 units), -inf for rows >= nvalid; warp w: rows 8w..8w+7
+// of every M tile (heads 16 mt ..), each K fragment loaded once for the kMT tiles.
+template <int kMT>
 __device__ void qk_scores(const unsigned char *sq, const unsigned char *skv, float *ss,
                           int nvalid, float scale2) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float c0[4] = {}, c1[4] = {};
+    float c0[kMT][4] = {}, c1[kMT][4] = {};
 #pragma unroll 4
     for (int k = 0; k < kHeadDim; k += 32) {
-        unsigned a0[4], a1[4], b[4];
+        unsigned b[4];
         ldmatrix_x4(b, skv + (8 * warp + lane % 8) * attn::kLd * 2 + (k + (lane / 8) * 8) * 2);
-        ldmatrix_x4(a0, sq + (lane % 16) * attn::kLd * 2 + (k + (lane / 16) * 8) * 2);
-        ldmatrix_x4(a1, sq + (lane % 16) * attn::kLd * 2 + (k + 16 + (lane / 16) * 8) * 2);
-        mma_bf16_16816(c0, a0, b[0], b[1]);
-        mma_bf16_16816(c1, a1, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+            const unsigned char *qa = sq + (16 * mt + lane % 16) * attn::kLd * 2;
+            unsigned a0[4], a1[4];
+            ldmatrix_x4(a0, qa + (k + (lane / 16) * 8) * 2);
+            ldmatrix_x4(a1, qa + (k + 16 + (lane / 16) * 8) * 2);
+            mma_bf16_16816(c0[mt], a0, b[0], b[1]);
+            mma_bf16_16816(c1[mt], a1, b[2], b[3]);
+        }
     }
     const int r = 8 * warp + (lane % 4) * 2, h = lane / 4;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int row = r + (i & 1), head = h + 8 * (i >> 1);
-        ss[head * attn::kSLd + row] = row < nvalid ? (c0[i] + c1[i]) * scale2 : neg_inf();
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int row = r + (i & 1), head = 16 * mt + h + 8 * (i >> 1);
+            ss[head * attn::kSLd + row] =
+                row < nvalid ? (c0[mt][i] + c1[mt][i]) * scale2 : neg_inf();
+        }
+}
+
+// Online softmax over one tile: warp w, half j owns head 2w + j of each M tile (4 rows per
+// lane); updates its (m, l), writes P (bf16) and the head's rescale factor.
+template <int kMT>
+__device__ void softmax_tile(const float *ss, unsigned char *sp, float *corr, float (&m)[kMT],
+                             float (&l)[kMT]) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int r0 = (lane % 16) * 4;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+        const int h = 16 * mt + 2 * warp + lane / 16;
+        const float4 s = *reinterpret_cast<const float4 *>(ss + h * attn::kSLd + r0);
+        const float m_new = fmaxf(m[mt], group_max<16>(fmaxf(fmaxf(s.x, s.y), fmaxf(s.z, s.w))));
+        const float base = softmax_base(m_new), a = softmax_rescale(m[mt], m_new);
+        const unsigned p01 = pack_bf16x2(exp2_fast(s.x - base), exp2_fast(s.y - base));
+        const unsigned p23 = pack_bf16x2(exp2_fast(s.z - base), exp2_fast(s.w - base));
+        const float psum = bf16_lo(p01) + bf16_hi(p01) + bf16_lo(p23) + bf16_hi(p23);
+        l[mt] = l[mt] * a + group_sum<16>(psum);
+        m[mt] = m_new;
+        *reinterpret_cast<uint2 *>(sp + (h * attn::kPLd + r0) * 2) = make_uint2(p01, p23);
+        if (lane % 16 == 0) corr[h] = a;
     }
 }
 
-// Online softmax over one tile: warp w, half j owns head 2w + j (4 rows per lane); updates its
-// (m, l), writes P (bf16) and the head's rescale factor.
-__device__ void softmax_tile(const float *ss, unsigned char *sp, float *corr, float &m, float &l) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int h = 2 * warp + lane / 16, r0 = (lane % 16) * 4;
-    const float4 s = *reinterpret_cast<const float4 *>(ss + h * attn::kSLd + r0);
-    const float m_new = fmaxf(m, group_max<16>(fmaxf(fmaxf(s.x, s.y), fmaxf(s.z, s.w))));
-    const float base = softmax_base(m_new), a = softmax_rescale(m, m_new);
-    const unsigned p01 = pack_bf16x2(exp2_fast(s.x - base), exp2_fast(s.y - base));
-    const unsigned p23 = pack_bf16x2(exp2_fast(s.z - base), exp2_fast(s.w - base));
-    const float psum = bf16_lo(p01) + bf16_hi(p01) + bf16_lo(p23) + bf16_hi(p23);
-    l = l * a + group_sum<16>(psum);
-    m = m_new;
-    *reinterpret_cast<uint2 *>(sp + (h * attn::kPLd + r0) * 2) = make_uint2(p01, p23);
-    if (lane % 16 == 0) corr[h] = a;
-}
-
-// o = o * corr + P V for this warp's 64 dims (64 w ..), 16 heads: o[n-tile][C fragment].
+// o = o * corr + P V for this warp's 64 dims (64 w ..), each M tile's 16 heads:
+// o[M tile][n-tile][C fragment]; each V fragment loaded once for the kMT tiles.
+template <int kMT>
 __device__ void pv_accumulate(const unsigned char *sp, const unsigned char *skv,
-                              const float *corr, float o[8][4]) {
+                              const float *corr, float (&o)[kMT][8][4]) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const float c_lo = corr[lane / 4], c_hi = corr[lane / 4 + 8];
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
-        o[n][0] *= c_lo, o[n][1] *= c_lo, o[n][2] *= c_hi, o[n][3] *= c_hi;
+    for (int mt = 0; mt < kMT; ++mt) {
+        const float c_lo = corr[16 * mt + lane / 4], c_hi = corr[16 * mt + lane / 4 + 8];
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+            o[mt][n][0] *= c_lo, o[mt][n][1] *= c_lo, o[mt][n][2] *= c_hi, o[mt][n][3] *= c_hi;
+        }
     }
 #pragma unroll
     for (int k = 0; k < attn::kRows; k += 16) {
-        unsigned a[4];
-        ldmatrix_x4(a, sp + (lane % 16) * attn::kPLd * 2 + (k + (lane / 16) * 8) * 2);
+        unsigned a[kMT][4];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+            ldmatrix_x4(a[mt], sp + (16 * mt + lane % 16) * attn::kPLd * 2 +
+                                   (k + (lane / 16) * 8) * 2);
 #pragma unroll
         for (int nj = 0; nj < 4; ++nj) {
             unsigned b[4];
             ldmatrix_x4_trans(b, skv + (k + ((lane / 8) % 2) * 8 + lane % 8) * attn::kLd * 2 +
                                      (64 * warp + nj * 16 + (lane / 16) * 8) * 2);
-            mma_bf16_16816(o[2 * nj], a, b[0], b[1]);
-            mma_bf16_16816(o[2 * nj + 1], a, b[2], b[3]);
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt) {
+                mma_bf16_16816(o[mt][2 * nj], a[mt], b[0], b[1]);
+                mma_bf16_16816(o[mt][2 * nj + 1], a[mt], b[2], b[3]);
+            }
         }
     }
 }
 
 // Writes the item's result: O (normalized with the sink, bf16) into q_or_x for an unsplit token,
 // else the part's normalized O and natural LSE into part_o / part_lse.
+template <int kMT>
 __device__ void store_output(const Params &p, const Item &it, const float *sm, const float *sl,
-                             const float o[8][4]) {
+                             const float (&o)[kMT][8][4]) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-        const int hl = lane / 4 + 8 * half, head = it.hg * attn::kHG + hl;
-        const float m = sm[hl], l = sl[hl];
-        const int d0 = 64 * warp + (lane % 4) * 2;
-        if (p.split) {
-            const long long row = ((long long)it.t * p.split + it.split) * kHeads + head;
-            const float f = l > 0.0f ? 1.0f / l : 0.0f;
+    for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-            for (int n = 0; n < 8; ++n)
-                *reinterpret_cast<float2 *>(p.part_o + row * kHeadDim + d0 + 8 * n) =
-                    make_float2(o[n][2 * half] * f, o[n][2 * half + 1] * f);
-            if (warp == 0 && lane % 4 == 0) p.part_lse[row] = softmax_lse(m, l);
-        } else {
-            const bool sink = p.attn_sink != nullptr;
-            const float f = softmax_out_scale(m, l, sink, sink ? p.attn_sink[head] : 0.0f);
-            __nv_bfloat16 *dst = p.q_or_x + (long long)it.t * kQCols + head * kHeadDim + d0;
+        for (int half = 0; half < 2; ++half) {
+            const int hl = 16 * mt + lane / 4 + 8 * half, head = it.hg * 16 * kMT + hl;
+            const float m = sm[hl], l = sl[hl];
+            const int d0 = 64 * warp + (lane % 4) * 2;
+            if (p.split) {
+                const long long row = ((long long)it.t * p.split + it.split) * kHeads + head;
+                const float f = l > 0.0f ? 1.0f / l : 0.0f;
 #pragma unroll
-            for (int n = 0; n < 8; ++n)
-                *reinterpret_cast<unsigned *>(dst + 8 * n) =
-                    pack_bf16x2(o[n][2 * half] * f, o[n][2 * half + 1] * f);
+                for (int n = 0; n < 8; ++n)
+                    *reinterpret_cast<float2 *>(p.part_o + row * kHeadDim + d0 + 8 * n) =
+                        make_float2(o[mt][n][2 * half] * f, o[mt][n][2 * half + 1] * f);
+                if (warp == 0 && lane % 4 == 0) p.part_lse[row] = softmax_lse(m, l);
+            } else {
+                const bool sink = p.attn_sink != nullptr;
+                const float f = softmax_out_scale(m, l, sink, sink ? p.attn_sink[head] : 0.0f);
+                __nv_bfloat16 *dst = p.q_or_x + (long long)it.t * kQCols + head * kHeadDim + d0;
+#pragma unroll
+                for (int n = 0; n < 8; ++n)
+                    *reinterpret_cast<unsigned *>(dst + 8 * n) =
+                        pack_bf16x2(o[mt][n][2 * half] * f, o[mt][n][2 * half + 1] * f);
+            }
         }
-    }
 }
 
-template <int kPage, bool kHca>
+template <int kPage, bool kHca, int kHG>
 __device__ void attention_item(const Params &p, const Item &it, unsigned char *smem) {
     using namespace attn;
-    unsigned char *sq = smem + kOffQ, *skv = smem + kOffKV, *sp = smem + kOffP;
-    float *ss = reinterpret_cast<float *>(smem + kOffS);
-    float *corr = reinterpret_cast<float *>(smem + kOffStat), *sm = corr + kHG, *sl = sm + kHG;
-    const unsigned char **tbl = reinterpret_cast<const unsigned char **>(smem + kOffTbl);
+    using L = Layout<kHG>;
+    constexpr int kMT = L::kMT;
+    unsigned char *sq = smem + L::kOffQ, *skv = smem + L::kOffKV, *sp = smem + L::kOffP;
+    float *ss = reinterpret_cast<float *>(smem + L::kOffS);
+    float *corr = reinterpret_cast<float *>(smem + L::kOffStat), *sm = corr + kHG, *sl = sm + kHG;
+    const unsigned char **tbl = reinterpret_cast<const unsigned char **>(smem + L::kOffTbl);
+    unsigned char *raw = smem + L::kOffRaw;
     const float scale2 = p.sm_scale * kLog2e;
     const int ntiles = (it.end - it.begin + kRows - 1) / kRows;
-    float m = neg_inf(), l = 0.0f, o[8][4] = {};
+    float m[kMT], l[kMT], o[kMT][8][4] = {};
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) m[mt] = neg_inf(), l[mt] = 0.0f;
     // The first tile's copies first, then Q (its loads and math overlap the copies; the loop's
     // barriers order sQ before its first use).
     if (ntiles > 0) {
         fill_row_table<kPage, kHca>(p, it, it.begin, tbl);
         __syncthreads();
-        load_kv_tile(tbl, smem + kOffRaw, p.kv_cache);
+        load_kv_tile(tbl, raw, p.kv_cache);
     }
     cp_async_commit();
-    load_q(p, it, sq);
+    load_q<kHG>(p, it, sq);
     if (threadIdx.x == 0) trace::mark_first(trace::kP4Q);
     for (int k = 0; k < ntiles; ++k) {
         const bool more = k + 1 < ntiles;
         const unsigned char **next_tbl = tbl + ((k + 1) & 1) * 2 * kRows;
         if (more) fill_row_table<kPage, kHca>(p, it, it.begin + (k + 1) * kRows, next_tbl);
         __syncthreads();  // the table is ready; the previous tile's sKV, sP are free
-        if (more) load_kv_tile(next_tbl, smem + kOffRaw + ((k + 1) & 1) * kRawBytes, p.kv_cache);
+        if (more) load_kv_tile(next_tbl, raw + ((k + 1) & 1) * kRawBytes, p.kv_cache);
         cp_async_commit();
         cp_async_wait<1>();
         __syncthreads();
         if (threadIdx.x == 0) trace::mark_first(trace::kP4Kv);
-        dequant_kv_tile(smem + kOffRaw + (k & 1) * kRawBytes, skv);
+        dequant_kv_tile(raw + (k & 1) * kRawBytes, skv);
         __syncthreads();
-        qk_scores(sq, skv, ss, min(kRows, it.end - it.begin - k * kRows), scale2);
+        qk_scores<kMT>(sq, skv, ss, min(kRows, it.end - it.begin - k * kRows), scale2);
         __syncthreads();
-        softmax_tile(ss, sp, corr, m, l);
+        softmax_tile<kMT>(ss, sp, corr, m, l);
         __syncthreads();
-        pv_accumulate(sp, skv, corr, o);
+        pv_accumulate<kMT>(sp, skv, corr, o);
         if (threadIdx.x == 0) trace::mark_first(trace::kP4Tile);
     }
     cp_async_wait<0>();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (lane % 16 == 0) sm[2 * warp + lane / 16] = m, sl[2 * warp + lane / 16] = l;
+    if (lane % 16 == 0)
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+            const int h = 16 * mt + 2 * warp + lane / 16;
+            sm[h] = m[mt], sl[h] = l[mt];
+        }
     __syncthreads();
-    store_output(p, it, sm, sl, o);
+    store_output<kMT>(p, it, sm, sl, o);
     __syncthreads();
+}
+
+template <int kPage, bool kHca, int kHG>
+__device__ void phase_attention_hg(const Params &p, unsigned char *smem) {
+    const int items = p.T * attn::Layout<kHG>::kGroups * (p.split ? p.split : 1);
+    for (int i = blockIdx.x; i < items; i += gridDim.x) {
+        attention_item<kPage, kHca, kHG>(p, item_of<kHG>(p, i, kHca), smem);
+        if (threadIdx.x == 0) trace::mark_first(trace::kP4First);
+    }
 }
 
 template <int kPage, bool kHca>
 __device__ void phase_attention(const Params &p, unsigned char *smem) {
-    const int items = p.T * attn::kGroups * (p.split ? p.split : 1);
-    for (int i = blockIdx.x; i < items; i += gridDim.x) {
-        attention_item<kPage, kHca>(p, item_of(p, i, kHca), smem);
-        if (threadIdx.x == 0) trace::mark_first(trace::kP4First);
-    }
+    if (!p.split) phase_attention_hg<kPage, kHca, 32>(p, smem);
+    else phase_attention_hg<kPage, kHca, 16>(p, smem);
     trace::mark0(trace::kP4Done);
 }
 
 // L2 hints for the KV rows and scale slots of this CTA's phase-4 items (head group 0 only; T <=
 // kBM): threads tid = 0 .. n - 1 of the calling ones. Rows of this launch (phase 2 writes them)
 // are hinted before they are written: harmless, L2 is coherent.
-template <int kPage, bool kHca>
-__device__ void prefetch_kv_rows(const Params &p, int tid, int n) {
-    if (p.T > kBM) return;
+template <int kPage, bool kHca, int kHG>
+__device__ void prefetch_kv_rows_hg(const Params &p, int tid, int n) {
     constexpr int kLines = 7;                   // offsets 0, 128, .., 512, 575 of the row; slot
-    const int items = p.T * attn::kGroups * (p.split ? p.split : 1);
+    const int items = p.T * attn::Layout<kHG>::kGroups * (p.split ? p.split : 1);
     for (int i = blockIdx.x; i < items; i += gridDim.x) {
-        const Item it = item_of(p, i, kHca);
+        const Item it = item_of<kHG>(p, i, kHca);
         if (it.hg != 0) continue;
         for (int x = tid; x < (it.end - it.begin) * kLines; x += n) {
             const unsigned char *d, *sc;
@@ -1228,6 +1286,13 @@ __device__ void prefetch_kv_rows(const Params &p, int tid, int n) {
             gemm::prefetch_l2(part == kLines - 1 ? sc : d + min(part * 128, kRowBytes - 1));
         }
     }
+}
+
+template <int kPage, bool kHca>
+__device__ void prefetch_kv_rows(const Params &p, int tid, int n) {
+    if (p.T > kBM) return;
+    if (!p.split) prefetch_kv_rows_hg<kPage, kHca, 32>(p, tid, n);
+    else prefetch_kv_rows_hg<kPage, kHca, 16>(p, tid, n);
 }
 
 // ---- the kernel -----------------------------------------------------------------------------
