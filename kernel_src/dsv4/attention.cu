@@ -39,8 +39,9 @@
 // --- barrier 2 (all KV / c128 writes and all q are visible: A6)
 // HCA: kv_score_ring row kv_gate_ring_row[t] = g[t] (of two tokens on one row, the later
 //          position wins), after every compressor has read the ring.
-// Phase 4: work items (token t, head group of 16 (T <= 16) or 32, split s) per the split-KV contract of
-//          runtime/internal.h: Q = bf16(rope(rmsnorm(q_h, eps q_eps)[448:], freqs_real[p]));
+// Phase 4: work items (token t, head group of 16 (T <= 16) or 32, split s) per the split-KV
+//          contract of runtime/internal.h:
+//          Q = bf16(rope(rmsnorm(q_h, eps q_eps)[448:], freqs_real[p]));
 //          rows g < rows: SWA slots of the plan (slot0 + g if g < len0, else slot1 + g - len0),
 //          rows..rows + c128_attn_len[t]: c128 row j at c128_page_table[t, j / B] * B + j % B;
 //          scores = sm_scale * Q K^T over fp8-dequantized rows (K == V), one softmax with the sink;
@@ -177,8 +178,8 @@ __device__ __forceinline__ void write_kv_row(unsigned char *cache, long long pag
 // ---- phase 1: projections ------------------------------------------------------------------
 
 // The three GEMM kinds: 64 x 64 tiles, 2 x 4 warps of 32 x 16, as deep a cp.async pipeline as
-// fits the attention phase's shared memory (stages of 24,832 B, 32,768 B for bf16 W; at most
-// 165,376 B < 166,848 B), so that 4..5 K-steps of W are in flight per SM.
+// fits the 16-head attention phase's shared memory (stages of 24,832 B, 32,768 B for bf16 W; at
+// most 165,376 B < 166,848 B), so that 4..5 K-steps of W are in flight per SM.
 template <gemm::AKind kA, int kStages, gemm::WKind kW = gemm::WKind::kFp8>
 using TileCfg = gemm::Config<64, 64, 2, 4, kStages, kA, kW>;
 using CfgQkv = TileCfg<gemm::AKind::kBf16Mxq, 6>;                    // mxq(x) @ Wd_qa^T, Wd_kv^T
@@ -956,6 +957,15 @@ constexpr int kSmemBytes = Layout<32>::kSmemBytes > Layout<16>::kSmemBytes
                                ? Layout<32>::kSmemBytes : Layout<16>::kSmemBytes;
 }  // namespace attn
 
+// The launch's phase-4 head group (the rule above): 32 heads unless the launch splits its rows.
+__device__ __forceinline__ bool wide_items(const Params &p) { return !p.split; }
+
+// Work items of a launch with kHG heads per item.
+template <int kHG>
+__device__ __forceinline__ int item_count(const Params &p) {
+    return p.T * attn::Layout<kHG>::kGroups * (p.split ? p.split : 1);
+}
+
 // One work item: token t, heads kHG hg .. kHG hg + kHG - 1, virtual rows [begin, end) of the
 // token's row set (SWA rows then compressed rows).
 struct Item {
@@ -1255,7 +1265,7 @@ __device__ void attention_item(const Params &p, const Item &it, unsigned char *s
 
 template <int kPage, bool kHca, int kHG>
 __device__ void phase_attention_hg(const Params &p, unsigned char *smem) {
-    const int items = p.T * attn::Layout<kHG>::kGroups * (p.split ? p.split : 1);
+    const int items = item_count<kHG>(p);
     for (int i = blockIdx.x; i < items; i += gridDim.x) {
         attention_item<kPage, kHca, kHG>(p, item_of<kHG>(p, i, kHca), smem);
         if (threadIdx.x == 0) trace::mark_first(trace::kP4First);
@@ -1264,7 +1274,7 @@ __device__ void phase_attention_hg(const Params &p, unsigned char *smem) {
 
 template <int kPage, bool kHca>
 __device__ void phase_attention(const Params &p, unsigned char *smem) {
-    if (!p.split) phase_attention_hg<kPage, kHca, 32>(p, smem);
+    if (wide_items(p)) phase_attention_hg<kPage, kHca, 32>(p, smem);
     else phase_attention_hg<kPage, kHca, 16>(p, smem);
     trace::mark0(trace::kP4Done);
 }
@@ -1275,7 +1285,7 @@ __device__ void phase_attention(const Params &p, unsigned char *smem) {
 template <int kPage, bool kHca, int kHG>
 __device__ void prefetch_kv_rows_hg(const Params &p, int tid, int n) {
     constexpr int kLines = 7;                   // offsets 0, 128, .., 512, 575 of the row; slot
-    const int items = p.T * attn::Layout<kHG>::kGroups * (p.split ? p.split : 1);
+    const int items = item_count<kHG>(p);
     for (int i = blockIdx.x; i < items; i += gridDim.x) {
         const Item it = item_of<kHG>(p, i, kHca);
         if (it.hg != 0) continue;
@@ -1291,7 +1301,7 @@ __device__ void prefetch_kv_rows_hg(const Params &p, int tid, int n) {
 template <int kPage, bool kHca>
 __device__ void prefetch_kv_rows(const Params &p, int tid, int n) {
     if (p.T > kBM) return;
-    if (!p.split) prefetch_kv_rows_hg<kPage, kHca, 32>(p, tid, n);
+    if (wide_items(p)) prefetch_kv_rows_hg<kPage, kHca, 32>(p, tid, n);
     else prefetch_kv_rows_hg<kPage, kHca, 16>(p, tid, n);
 }
 
