@@ -47,11 +47,31 @@
 #define OP_S_BN_A 64
 #define OP_S_BN_B 32
 #define OP_S_KS_A 256
-static long long stream_smem(int bn, int nt, int ks, int stages, long long sf_row) {
+/* ftable: the kMathWgmmaRows configurations' float copy of the A scale table. */
+static long long stream_stage(int bn, int nt, int ks) {
     long long atoms = ks / 128;
-    long long stage = (atoms * (bn + 8LL * nt) * 128 + atoms * 512 + 1023) / 1024 * 1024;
-    return stages * stage + 8LL * nt * sf_row + 2LL * stages * 8 + 1024;
+    return (atoms * (bn + 8LL * nt) * 128 + atoms * 512 + 1023) / 1024 * 1024;
 }
+static long long stream_smem(int bn, int nt, int ks, int stages, long long sf_row, int ftable) {
+    return stages * stream_stage(bn, nt, ks) + 8LL * nt * sf_row * (ftable ? 5 : 1) +
+           2LL * stages * 8 + 1024;
+}
+/* 16 < T <= 64 (NT 4 / 8): 128-row W blocks on the wgmma-rows consumer, kernel A's K in 2
+ * slices (4 where K >= 16384), kernel B's in 4, the scale table of one slice, at most 4 stages
+ * that fit the shared memory (kStreamBnW, stream_slices_a, kStreamSlicesB, stream_stages_w of
+ * output_proj.cu). */
+#define OP_W_BN 128
+#define OP_W_KS 256
+#define OP_W_SLICES_B 4
+#define OP_W_SMEM_LIMIT 232448
+static int w_slices_a(long long K) { return K >= 16384 ? 4 : 2; }
+static int w_stages(int nt, long long sf_row) {
+    long long n = (OP_W_SMEM_LIMIT - (5 * 8LL * nt * sf_row + 1024 + 64)) /
+                  stream_stage(OP_W_BN, nt, OP_W_KS);
+    return n > 4 ? 4 : (int)n;
+}
+static long long w_sf_row_a(long long G) { return OP_COLS / G / 32 / w_slices_a(OP_COLS / G); }
+static long long w_sf_row_b(long long H) { return 2 * H / 32 / OP_W_SLICES_B; }
 static int stream_stages_a(int nt) { return nt <= 2 ? 5 : 3; }
 static int stream_ks_b(int nt) { return nt <= 2 ? 512 : 256; }
 static int stream_stages_b(int nt) { return nt == 1 ? 5 : (nt == 2 ? 4 : 3); }
@@ -109,10 +129,18 @@ mla_status mla__dsv4_output_proj_b_build(const mla__spec *spec, char *name_expr,
 }
 
 static unsigned smem_stream_a(long long G, int nt) {
-    return (unsigned)stream_smem(OP_S_BN_A, nt, OP_S_KS_A, stream_stages_a(nt), OP_COLS / G / 32);
+    if (nt >= 4)
+        return (unsigned)stream_smem(OP_W_BN, nt, OP_W_KS, w_stages(nt, w_sf_row_a(G)),
+                                     w_sf_row_a(G), 1);
+    return (unsigned)stream_smem(OP_S_BN_A, nt, OP_S_KS_A, stream_stages_a(nt), OP_COLS / G / 32,
+                                 0);
 }
 static unsigned smem_stream_b(long long H, int nt) {
-    return (unsigned)stream_smem(OP_S_BN_B, nt, stream_ks_b(nt), stream_stages_b(nt), 2 * H / 32);
+    if (nt >= 4)
+        return (unsigned)stream_smem(OP_W_BN, nt, OP_W_KS, w_stages(nt, w_sf_row_b(H)),
+                                     w_sf_row_b(H), 1);
+    return (unsigned)stream_smem(OP_S_BN_B, nt, stream_ks_b(nt), stream_stages_b(nt), 2 * H / 32,
+                                 0);
 }
 
 /* The stream kinds: params (H, G, NT), NT in {1, 2, 4, 8} (b: 0 kernel A, 1 kernel B, 2 both
@@ -378,12 +406,11 @@ static int use_fused(const mla_runtime *rt, unsigned ctas) {
     return want && rt->sm_count > 0 && ctas <= (unsigned)rt->sm_count;
 }
 
-/* 16 < T <= 64 on the stream kernels with OP_S_SLICES K slices per W block (partials and the
+/* 16 < T <= 64 on the stream kernels with K slices per W block (OP_W_*: partials and the
  * last slice's sum in the kernels) when MLAJIT_DSV4_OUTPROJ is "stream64" or "fused,stream64"
  * (OP_STREAM64_DEFAULT: the default unless it is "split", "pdl" or "fused,pdl"); else the tiled
  * kernels. */
 #define OP_STREAM64_DEFAULT 1
-#define OP_S_SLICES 2
 static int use_stream64(const mla_runtime *rt, int T) {
     int v = rt->dsv4_outproj;
     int want = v == 7 || v == 8 || (OP_STREAM64_DEFAULT && v != 1 && v != 3 && v != 6);
@@ -397,22 +424,25 @@ static mla_status launch_stream(mla_runtime *rt, const op_shape *sh, op_args_a *
                                 CUstream stream) {
     const mla__kernel *ka = NULL, *kb = NULL;
     int nt = stream_nt(sh->T);
+    /* T <= 16: 64- / 32-row blocks, one slice (all K); 16 < T <= 64: 128-row blocks in K slices
+     * (whole stages: K-steps of 256 columns). */
+    int wide = nt >= 4;
+    int bn_a = wide ? OP_W_BN : OP_S_BN_A, bn_b = wide ? OP_W_BN : OP_S_BN_B;
+    int ks_a = wide ? OP_W_KS : OP_S_KS_A, ks_b = wide ? OP_W_KS : stream_ks_b(nt);
+    int slices_a = wide ? w_slices_a(sh->K) : 1, slices_b = wide ? OP_W_SLICES_B : 1;
     mla__dsv4_maps ma, mb;
-    MLA_FORWARD_IF_ERROR(mla__dsv4_stream_maps(rt, &ma, A->wo_a, sh->K, 2 * sh->H, sh->K,
-                                               OP_S_BN_A, A->act_q, OP_COLS, sh->T, OP_COLS,
-                                               8 * nt, A->wo_a_sf, OP_S_KS_A / 128));
+    MLA_FORWARD_IF_ERROR(mla__dsv4_stream_maps(rt, &ma, A->wo_a, sh->K, 2 * sh->H, sh->K, bn_a,
+                                               A->act_q, OP_COLS, sh->T, OP_COLS, 8 * nt,
+                                               A->wo_a_sf, ks_a / 128));
     MLA_FORWARD_IF_ERROR(mla__dsv4_stream_maps(rt, &mb, B->wo_b, 2 * sh->H, sh->H, 2 * sh->H,
-                                               OP_S_BN_B, B->o_lora_q, 2 * sh->H, sh->T,
-                                               2 * sh->H, 8 * nt, B->wo_b_sf,
-                                               stream_ks_b(nt) / 128));
-    /* One slice (all K) at T <= 16, else OP_S_SLICES (whole stages: K-steps of 256 columns). */
-    int slices = sh->T <= OP_S_TOKENS ? 1 : OP_S_SLICES;
-    A->kslices = slices, A->slice_steps = sh->K / 128 / slices;
-    B->slice_steps = 2 * sh->H / 128 / slices;
-    /* One CTA per 64-row block of wo_a (and slice); they quantize the units themselves
-     * (n_qtiles unused). */
-    unsigned a_items = (unsigned)(2 * sh->H / OP_S_BN_A);
-    if (slices == 1 && use_fused(rt, a_items)) {
+                                               bn_b, B->o_lora_q, 2 * sh->H, sh->T, 2 * sh->H,
+                                               8 * nt, B->wo_b_sf, ks_b / 128));
+    A->kslices = slices_a, A->slice_steps = sh->K / 128 / slices_a;
+    B->slice_steps = 2 * sh->H / 128 / slices_b;
+    /* One CTA per W block of wo_a (and slice); they quantize the units themselves (n_qtiles
+     * unused). */
+    unsigned a_items = (unsigned)(2 * sh->H / bn_a);
+    if (slices_a == 1 && use_fused(rt, a_items)) {
         const mla__kernel *k = NULL;
         MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_stream", sh, nt, &k));
         B->pf_a_steps = rt->dsv4_outproj == 4 || rt->dsv4_outproj == 5 ? 0 : OP_PF_ALL;
@@ -424,9 +454,10 @@ static mla_status launch_stream(mla_runtime *rt, const op_shape *sh, op_args_a *
     MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_a_stream", sh, nt, &ka));
     MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_b_stream", sh, nt, &kb));
     void *args_a[] = {A, &ma};
-    MLA_FORWARD_IF_ERROR(mla__launch_pdl(rt, ka, a_items, (unsigned)slices, 1, stream, args_a));
+    MLA_FORWARD_IF_ERROR(
+        mla__launch_pdl(rt, ka, a_items, (unsigned)slices_a, 1, stream, args_a));
     void *args_b[] = {B, &mb};
-    return mla__launch_pdl(rt, kb, (unsigned)(sh->H / OP_S_BN_B), (unsigned)slices, 1, stream,
+    return mla__launch_pdl(rt, kb, (unsigned)(sh->H / bn_b), (unsigned)slices_b, 1, stream,
                            args_b);
 }
 

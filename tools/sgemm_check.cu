@@ -204,5 +204,34 @@ int main(int argc, char **argv) {
     // phase 3 (wq_b) shape: N 32768, K 1024, multi
     CASE((run_case<Config<128, 1, 256, 4, 2, 32, 4, true, kMathWgmma>, true>("Q wg bn128 nt1 st4 multi", 32768, 1024, 1)));
     CASE((run_case<Config<128, 2, 256, 3, 2, 32, 4, true, kMathWgmma>, true>("Q wg bn128 nt2 st3 multi", 32768, 1024, 16)));
+    // 16 < T <= 64 (T 64, NT 8): the library's K-split kinds (A: 64-row blocks, B: 32-row
+    // blocks, 2 slices each) against 128-row blocks (A 2 slices, B 4: 128 CTAs, one per SM), on
+    // mma.sync, wgmma and no math.
+    CASE((run_case<Config<64, 8, 256, 3, 4, 128, 8, false, kMathMmaSync, true>, false, 2>("A64 lib mma nt8 split2", 8192, 4096, 64)));
+    CASE((run_case<Config<64, 8, 256, 3, 4, 128, 8, false, kMathNone, true>, false, 2>("A64 lib none nt8 split2", 8192, 4096, 64)));
+    CASE((run_case<Config<128, 8, 256, 4, 4, 64, 8, false, kMathMmaSync, true>, false, 2>("A128 mma nt8 st4 split2", 8192, 4096, 64)));
+    CASE((run_case<Config<128, 8, 256, 4, 4, 64, 8, false, kMathWgmma, true>, false, 2>("A128 wg nt8 st4 split2", 8192, 4096, 64)));
+    CASE((run_case<Config<128, 8, 256, 4, 4, 64, 8, false, kMathNone, true>, false, 2>("A128 none nt8 st4 split2", 8192, 4096, 64)));
+    CASE((run_case<Config<128, 8, 128, 8, 4, 64, 8, false, kMathWgmma, true>, false, 2>("A128 wg nt8 ks128 st8 split2", 8192, 4096, 64)));
+    CASE((run_case<Config<32, 8, 256, 3, 2, 256, 8, false, kMathMmaSync, true>, false, 2>("B32 lib mma nt8 split2", 4096, 8192, 64)));
+    CASE((run_case<Config<32, 8, 256, 3, 2, 256, 8, false, kMathNone, true>, false, 2>("B32 lib none nt8 split2", 4096, 8192, 64)));
+    CASE((run_case<Config<128, 8, 256, 4, 4, 64, 8, false, kMathMmaSync, true>, false, 4>("B128 mma nt8 st4 split4", 4096, 8192, 64)));
+    CASE((run_case<Config<128, 8, 256, 4, 4, 64, 8, false, kMathWgmma, true>, false, 4>("B128 wg nt8 st4 split4", 4096, 8192, 64)));
+    CASE((run_case<Config<128, 8, 256, 4, 4, 64, 8, false, kMathNone, true>, false, 4>("B128 none nt8 st4 split4", 4096, 8192, 64)));
+    CASE((run_case<Config<64, 8, 256, 4, 4, 128, 8, false, kMathWgmma, true>, false, 2>("B64 wg nt8 st4 split2", 4096, 8192, 64)));
+    // T 32 (NT 4)
+    CASE((run_case<Config<64, 4, 256, 3, 4, 128, 8, false, kMathMmaSync, true>, false, 2>("A64 lib mma nt4 split2", 8192, 4096, 32)));
+    CASE((run_case<Config<128, 4, 256, 4, 4, 64, 8, false, kMathWgmma, true>, false, 2>("A128 wg nt4 st4 split2", 8192, 4096, 32)));
+    CASE((run_case<Config<32, 4, 256, 3, 2, 256, 8, false, kMathMmaSync, true>, false, 2>("B32 lib mma nt4 split2", 4096, 8192, 32)));
+    CASE((run_case<Config<128, 4, 256, 4, 4, 64, 8, false, kMathWgmma, true>, false, 4>("B128 wg nt4 st4 split4", 4096, 8192, 32)));
+    // kMathWgmmaRows: 64 rows a warpgroup, the next group's wgmma ahead of the promotion
+    CASE((run_case<Config<128, 8, 256, 4, 4, 64, 8, false, kMathWgmmaRows, true>, false, 2>("A128 wgr nt8 st4 split2", 8192, 4096, 64)));
+    CASE((run_case<Config<128, 8, 256, 4, 4, 64, 8, false, kMathWgmmaRows, true>, false, 4>("B128 wgr nt8 st4 split4", 4096, 8192, 64)));
+    CASE((run_case<Config<128, 8, 128, 8, 4, 64, 8, false, kMathWgmmaRows, true>, false, 2>("A128 wgr nt8 ks128 st8 split2", 8192, 4096, 64)));
+    CASE((run_case<Config<128, 4, 256, 4, 4, 64, 8, false, kMathWgmmaRows, true>, false, 2>("A128 wgr nt4 st4 split2", 8192, 4096, 32)));
+    CASE((run_case<Config<128, 4, 256, 4, 4, 64, 8, false, kMathWgmmaRows, true>, false, 4>("B128 wgr nt4 st4 split4", 4096, 8192, 32)));
+    CASE((run_case<Config<64, 8, 256, 3, 2, 64, 4, false, kMathWgmmaRows, true>, false, 2>("A64 wgr 4w nt8 st3 split2", 8192, 4096, 64)));
+    CASE((run_case<Config<128, 8, 256, 4, 4, 64, 8, false, kMathWgmmaRows, true>, false, 2>("Q128 wgr nt8 st4 split2 (wq_b)", 32768, 1024, 64)));
+    CASE((run_case<Config<128, 8, 256, 4, 4, 32, 8, false, kMathWgmmaRows, true>>("Q128 wgr nt8 st4 (wq_b)", 32768, 1024, 64)));
     return 0;
 }

@@ -65,14 +65,18 @@ namespace sgemm {
 // instructions exist and MLA_SGEMM_WGMMA allows it (0: never, the default; 1: every
 // configuration; 2: tiles of 128 rows or more), kMathMmaSync elsewhere (sm_100a, the portable
 // path). kMathNone is a timing diagnostic for tools/sgemm_check only (the consumers wait for
-// each stage and release it without reading it: the results are garbage).
-enum Math { kMathAuto = 0, kMathMmaSync = 1, kMathWgmma = 2, kMathNone = 3 };
+// each stage and release it without reading it: the results are garbage). kMathWgmmaRows (asked
+// for explicitly; sm_90a only, kMathMmaSync elsewhere) gives each consumer warpgroup 64 of the
+// kBN rows over the whole K, its groups' wgmmas pipelined one ahead of their promotion
+// (consume_wgr; kBN = 64 x warpgroups).
+enum Math { kMathAuto = 0, kMathMmaSync = 1, kMathWgmma = 2, kMathNone = 3, kMathWgmmaRows = 4 };
 #ifndef MLA_SGEMM_WGMMA
 #define MLA_SGEMM_WGMMA 0
 #endif
 __host__ __device__ constexpr int resolve_math(int m, int bn) {
-    return m != kMathAuto ? m
-                          : (MLA_WGMMA_ENABLED && (MLA_SGEMM_WGMMA == 1 ||
+    return m == kMathWgmmaRows ? (MLA_WGMMA_ENABLED ? kMathWgmmaRows : kMathMmaSync)
+           : m != kMathAuto    ? m
+                               : (MLA_WGMMA_ENABLED && (MLA_SGEMM_WGMMA == 1 ||
                                                    (MLA_SGEMM_WGMMA == 2 && bn >= 128))
                                  ? kMathWgmma
                                  : kMathMmaSync);
@@ -90,13 +94,19 @@ struct Config {
     static constexpr bool kMulti = kMulti_;                 // several tiles per CTA (run_tiles)
     static constexpr int kMath = resolve_math(kMath_, kBN_);
     static constexpr bool kWg = kMath == kMathWgmma;
+    static constexpr bool kWgR = kMath == kMathWgmmaRows;
     static constexpr int kConsumerWarps = kConsumerWarps_;
     // K parts of a stage: mma.sync one per warp column (kWR row groups of warps), wgmma one per
     // warpgroup (every warpgroup covers all kBN rows as kMB blocks of 64, the last one partly
     // past kBN when kBN is 32: those rows read the stage's next bytes and are discarded).
-    static constexpr int kWK = kWg ? kConsumerWarps / 4 : kConsumerWarps / kWR;
-    static_assert(kWg ? kConsumerWarps % 4 == 0 : kWK * kWR == kConsumerWarps,
+    static constexpr int kWK = kWgR ? 1 : (kWg ? kConsumerWarps / 4 : kConsumerWarps / kWR);
+    static_assert(kWg ? kConsumerWarps % 4 == 0 : kWgR || kWK * kWR == kConsumerWarps,
                   "warps = row groups x K parts (wgmma: whole warpgroups)");
+    static_assert(kMath_ != kMathWgmmaRows ||
+                      (kBN == 16 * kConsumerWarps && kConsumerWarps % 4 == 0 &&
+                       (kConsumerWarps / kWR) * kWR == kConsumerWarps &&
+                       (kNT == 1 || kNT == 2 || kNT == 4 || kNT == 8)),
+                  "wgmma rows: 64 rows a warpgroup, N 8..64, and a valid mma.sync fallback");
     static constexpr int kMB = (kBN + 63) / 64;             // wgmma: 64-row blocks of M
     static constexpr int kConsumers = kConsumerWarps * 32;
     static constexpr int kThreads = kConsumers + 32;        // + one producer warp (at least)
@@ -127,9 +137,13 @@ struct Config {
     static constexpr int kRedBytes = kRedWK * kBN * kDPitch * 4;
     static_assert(kMulti || kRedBytes <= kRingBytes, "the reduction fits the ring");
     static constexpr int kTableBytes = kTP * kSfRow;
+    // kMathWgmmaRows (asked for, whichever path it resolves to, so that the shared memory is the
+    // same on every arch): the A scales again as floats, [kSfRow][kTP] (group-major).
+    static constexpr int kFTableBytes = kMath_ == kMathWgmmaRows ? kTP * kSfRow * 4 : 0;
     // With several tiles the reduction has its own buffer (the ring holds the next tile's data).
-    static constexpr int kRedOffset = kMulti ? kRingBytes + kTableBytes : 0;
-    static constexpr int kBarOffset = kRingBytes + kTableBytes + (kMulti ? kRedBytes : 0);
+    static constexpr int kRedOffset = kMulti ? kRingBytes + kTableBytes + kFTableBytes : 0;
+    static constexpr int kBarOffset =
+        kRingBytes + kTableBytes + kFTableBytes + (kMulti ? kRedBytes : 0);
     // + 1024: the base is aligned up to 1024 B inside run_tiles.
     static constexpr int kSmemBytes = kBarOffset + 2 * kStages * 8 + 1024;
 };
@@ -322,6 +336,9 @@ struct Smem {
     __device__ __forceinline__ unsigned char *a(int s) const { return w(s) + Cfg::kWBytes; }
     __device__ __forceinline__ unsigned char *wsf(int s) const { return a(s) + Cfg::kABytes; }
     __device__ __forceinline__ unsigned char *table() const { return base + Cfg::kRingBytes; }
+    __device__ __forceinline__ float *ftable() const {
+        return reinterpret_cast<float *>(base + Cfg::kRingBytes + Cfg::kTableBytes);
+    }
     __device__ __forceinline__ unsigned full(int s) const {
         return smem_u32(base + Cfg::kBarOffset + 8 * s);
     }
@@ -663,6 +680,89 @@ __device__ __forceinline__ void consume_wg(const Operands &op, int n0, int f0, c
     }
 }
 
+// The wgmma-rows consumer (kMathWgmmaRows, sm_90a): consumer warpgroup wg multiplies rows
+// 64 wg .. 64 wg + 63 of the tile over every group of every stage, one
+// wgmma.m64nNk32.e4m3 per 32-wide group into a fresh fp32 partial (two partials in turn), the
+// next group's wgmma issued before the current one's promotion (acc += partial x 2^(sw - 127)
+// 2^(sa - 127)), so that the tensor cores and the promotion's FMAs overlap; a stage is released
+// once its last group's product has retired. The A scales come from the float table (ftable,
+// [group][token]). acc[j][e] is row 64 wg + 16 (warp % 4) + lane / 4 + 8 (e / 2), token
+// 8 j + 2 (lane % 4) + e % 2. Descriptors as in consume_wg.
+template <class Cfg>
+__device__ __forceinline__ void consume_wgr(const Operands &op, int n0, int f0, const Smem<Cfg> &sm,
+                                            float (&acc)[Cfg::kNT][4]) {
+    const int warp = (int)(threadIdx.x / 32), lane = (int)(threadIdx.x % 32);
+    const int wg = warp / 4, w4 = warp % 4;
+    const int steps = op.k_len / Cfg::kKS;
+    const int c = lane % 4, gr = lane / 4;
+    const float *ftab = sm.ftable();
+    // The thread's two rows in the SfAtom block: row n's four scales of a K-atom in the word at
+    // (n % 32) * 16 + ((n % 128) / 32) * 4 of the atom's 512-byte block.
+    const int n_a = n0 % 128 + 64 * wg + 16 * w4 + gr, n_b = n_a + 8;
+    const unsigned sf_a = (unsigned)((n_a % 32) * 16 + (n_a / 32) * 4);
+    const unsigned sf_b = (unsigned)((n_b % 32) * 16 + (n_b / 32) * 4);
+#pragma unroll
+    for (int j = 0; j < Cfg::kNT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
+    float p[2][Cfg::kNT][4];
+    // Group g (0 .. kGroups - 1) of stage s into partial d.
+    auto issue = [&](int s, int g, float (&d)[Cfg::kNT][4]) {
+        const int at = g / 4, gg = g % 4;
+        const unsigned wbase = smem_u32(sm.w(s)), abase = smem_u32(sm.a(s));
+        wgmma_fence();
+        wgmma_e4m3<Cfg::kNT>(
+            d, wgmma_desc_sw128(wbase + at * Cfg::kWBox + wg * 8192 + gg * 32, 16, 1024),
+            wgmma_desc_sw128(abase + at * Cfg::kABox + gg * 32, 16, 1024));
+        wgmma_commit_group();
+    };
+    for (int ks = 0; ks < steps; ++ks) {
+        const int f = f0 + ks, s = f % Cfg::kStages;
+        mbarrier_wait_parity(sm.full(s), (unsigned)((f / Cfg::kStages) & 1));
+        __syncwarp();
+        issue(s, 0, p[0]);
+        const unsigned sfbase = smem_u32(sm.wsf(s));
+        unsigned swd_a = 0u, swd_b = 0u;
+        // No branch or loop while a product is in flight (ptxas serializes the wgmmas of a
+        // region it cannot follow): the stage's last group waits for everything, and the next
+        // stage's barrier is waited for before its first product.
+#pragma unroll
+        for (int g = 0; g < Cfg::kGroups; ++g) {
+            if (g + 1 < Cfg::kGroups) issue(s, g + 1, p[(g + 1) % 2]);
+            // The group's scales while the products run.
+            if (g % 4 == 0) {
+                const unsigned blk = sfbase + (g / 4) * 512;
+                asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(swd_a) : "r"(blk + sf_a));
+                asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(swd_b) : "r"(blk + sf_b));
+            }
+            const int kg = ks * Cfg::kGroups + g;
+            float2 sa[Cfg::kNT];
+#pragma unroll
+            for (int j = 0; j < Cfg::kNT; ++j)
+                sa[j] = *reinterpret_cast<const float2 *>(ftab + kg * Cfg::kTP + 8 * j + 2 * c);
+            const float sw0 = ue8m0_of(swd_a, g % 4), sw1 = ue8m0_of(swd_b, g % 4);
+            if (g + 1 < Cfg::kGroups)
+                wgmma_wait_group<1>();
+            else
+                wgmma_wait_group<0>();
+            float (&d)[Cfg::kNT][4] = p[g % 2];
+#pragma unroll
+            for (int j = 0; j < Cfg::kNT; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) fence_operand(d[j][e]);
+#pragma unroll
+            for (int j = 0; j < Cfg::kNT; ++j) {
+                acc[j][0] = fmaf(d[j][0], sw0 * sa[j].x, acc[j][0]);
+                acc[j][1] = fmaf(d[j][1], sw0 * sa[j].y, acc[j][1]);
+                acc[j][2] = fmaf(d[j][2], sw1 * sa[j].x, acc[j][2]);
+                acc[j][3] = fmaf(d[j][3], sw1 * sa[j].y, acc[j][3]);
+            }
+        }
+        __syncwarp();                                   // every product of the stage retired
+        if (lane == 0) mbarrier_arrive(sm.empty(s));
+    }
+}
+
 // The diagnostic consumer (kMathNone): every stage waited for and released unread.
 template <class Cfg>
 __device__ __forceinline__ void consume_none(int f0, int steps, const Smem<Cfg> &sm) {
@@ -723,6 +823,15 @@ __device__ __forceinline__ void load_a_table(const Operands &op, const Smem<Cfg>
             v = __ldcg(reinterpret_cast<const unsigned int *>(op.a_sf + t * op.lda_sf) + wd);
         reinterpret_cast<unsigned int *>(sm.table())[i] = v;
     }
+    if constexpr (Cfg::kFTableBytes > 0) {
+        named_barrier_sync(1, Cfg::kConsumers);
+        for (int i = tid; i < Cfg::kTP * Cfg::kSfRow; i += Cfg::kConsumers) {
+            const int g = i / Cfg::kTP, t = i % Cfg::kTP;
+            const unsigned w = reinterpret_cast<const unsigned int *>(
+                sm.table())[(t * Cfg::kSfRow + g) / 4];
+            sm.ftable()[i] = ue8m0_of(w, g % 4);
+        }
+    }
     named_barrier_sync(1, Cfg::kConsumers);
 }
 
@@ -763,13 +872,26 @@ __device__ __forceinline__ void consume_tiles(const Operands &op, int count, con
     float *red = reinterpret_cast<float *>(sm.base + Cfg::kRedOffset);
     const int steps = op.k_len / Cfg::kKS;
     const int warp = tid / 32, lane = tid % 32;
-    const int wr = warp % Cfg::kWR, wk = Cfg::kWg ? warp / 4 : warp / Cfg::kWR;
+    const int wr = warp % Cfg::kWR;
+    const int wk = Cfg::kWgR ? 0 : (Cfg::kWg ? warp / 4 : warp / Cfg::kWR);
     for (int i = 0; i < count; ++i) {
         const int n0 = tile_n0(i);
         // red[wk][r][t], summed over wk in order 0, 1, ... into red[0]. The first barrier: every
         // consumer is past the previous epilogue (and, with one tile, done with the ring).
         float *mine = red + wk * Cfg::kBN * Cfg::kDPitch;
-        if constexpr (Cfg::kWg) {
+        if constexpr (Cfg::kWgR) {
+            float acc[Cfg::kNT][4];
+            consume_wgr<Cfg>(op, n0, i * steps, sm, acc);
+            named_barrier_sync(1, Cfg::kConsumers);
+#pragma unroll
+            for (int j = 0; j < Cfg::kNT; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int r = 16 * warp + lane / 4 + 8 * (e / 2);
+                    const int t = 8 * j + 2 * (lane % 4) + e % 2;
+                    mine[r * Cfg::kDPitch + t] = acc[j][e];
+                }
+        } else if constexpr (Cfg::kWg) {
             float acc[Cfg::kMB][Cfg::kNT][4];
             consume_wg<Cfg>(op, n0, i * steps, sm, acc);
             named_barrier_sync(1, Cfg::kConsumers);
@@ -835,13 +957,26 @@ __device__ __forceinline__ void run_tiles(const Operands &op, int count, TileN t
     float *red = reinterpret_cast<float *>(smem + Cfg::kRedOffset);
     const int steps = op.k_len / Cfg::kKS;
     const int warp = tid / 32, lane = tid % 32;
-    const int wr = warp % Cfg::kWR, wk = Cfg::kWg ? warp / 4 : warp / Cfg::kWR;
+    const int wr = warp % Cfg::kWR;
+    const int wk = Cfg::kWgR ? 0 : (Cfg::kWg ? warp / 4 : warp / Cfg::kWR);
     for (int i = 0; i < count; ++i) {
         const int n0 = tile_n0(i);
         // red[wk][r][t], summed over wk in order 0, 1, ... into red[0]. The first barrier: every
         // consumer is past the previous epilogue (and, with one tile, done with the ring).
         float *mine = red + wk * Cfg::kBN * Cfg::kDPitch;
-        if constexpr (Cfg::kWg) {
+        if constexpr (Cfg::kWgR) {
+            float acc[Cfg::kNT][4];
+            consume_wgr<Cfg>(op, n0, i * steps, sm, acc);
+            named_barrier_sync(1, Cfg::kConsumers);
+#pragma unroll
+            for (int j = 0; j < Cfg::kNT; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int r = 16 * warp + lane / 4 + 8 * (e / 2);
+                    const int t = 8 * j + 2 * (lane % 4) + e % 2;
+                    mine[r * Cfg::kDPitch + t] = acc[j][e];
+                }
+        } else if constexpr (Cfg::kWg) {
             float acc[Cfg::kMB][Cfg::kNT][4];
             consume_wg<Cfg>(op, n0, i * steps, sm, acc);
             named_barrier_sync(1, Cfg::kConsumers);

@@ -410,14 +410,52 @@ template <int kNT>
 constexpr int stream_ks_b() { return kNT <= 2 ? 512 : 256; }
 template <int kNT>
 constexpr int stream_stages_b() { return kNT == 1 ? 5 : (kNT == 2 ? 4 : 3); }
+// 16 < T <= 64 (kNT 4 / 8): 128-row W blocks, kernel A's K in stream_slices_a<K>() slices (2,
+// or 4 where K >= 16384, so that a slice's scale table stays small) and kernel B's in
+// kStreamSlicesB (64 x 2 and 32 x 4 CTAs at H 4096, G 8: one per SM), on the wgmma-rows
+// consumer (sm_90a; on sm_100a mma.sync, a warp per 16 rows), the A scale table sized for one
+// slice, and as many stages (at most 4) as fit the shared memory (the runtime mirrors all of it:
+// OP_W_*).
+constexpr int kStreamBnW = 128, kStreamSlicesB = 4, kStreamKsW = 256;
+constexpr int kSmemLimit = 232448;                       // sm_90 / sm_100 opt-in per block
+template <int kK>
+constexpr int stream_slices_a() { return kK >= 16384 ? 4 : 2; }
+template <int kNT, int kSfRow>
+constexpr int stream_stages_w() {
+    constexpr int stage = (2 * (kStreamBnW + 8 * kNT) * 128 + 2 * 512 + 1023) / 1024 * 1024;
+    constexpr int fixed = 5 * 8 * kNT * kSfRow + 1024 + 64;
+    constexpr int n = (kSmemLimit - fixed) / stage;
+    static_assert(n >= 2, "two stages fit");
+    return n > 4 ? 4 : n;
+}
+template <bool kFirst, class A, class B>
+struct Pick {
+    using type = A;
+};
+template <class A, class B>
+struct Pick<false, A, B> {
+    using type = B;
+};
 template <int kH, int kG, int kNT>
-using StreamCfgA = sgemm::Config<kStreamBnA, kNT, 256, stream_stages_a<kNT>(), kNT >= 4 ? 4 : 1,
-                                 Shape<kH, kG>::kK / 32, 8, false, sgemm::kMathAuto,
-                                 kWEvictFirst>;
+using StreamCfgA = typename Pick<(kNT >= 4),
+                       sgemm::Config<kStreamBnW, kNT, kStreamKsW,
+                                     stream_stages_w<kNT, Shape<kH, kG>::kK / 32 /
+                                                              stream_slices_a<Shape<kH, kG>::kK>()>(),
+                                     8, Shape<kH, kG>::kK / 32 / stream_slices_a<Shape<kH, kG>::kK>(),
+                                     8, false,
+                                     sgemm::kMathWgmmaRows, kWEvictFirst>,
+                       sgemm::Config<kStreamBnA, kNT, 256, stream_stages_a<kNT>(), 1,
+                                     Shape<kH, kG>::kK / 32, 8, false, sgemm::kMathAuto,
+                                     kWEvictFirst>>::type;
 template <int kH, int kNT>
-using StreamCfgB = sgemm::Config<kStreamBnB, kNT, stream_ks_b<kNT>(), stream_stages_b<kNT>(),
-                                 kNT <= 2 ? 1 : 2, 2 * kH / 32, 8, false, sgemm::kMathAuto,
-                                 kWEvictFirst>;
+using StreamCfgB = typename Pick<(kNT >= 4),
+                       sgemm::Config<kStreamBnW, kNT, kStreamKsW,
+                                     stream_stages_w<kNT, 2 * kH / 32 / kStreamSlicesB>(), 8,
+                                     2 * kH / 32 / kStreamSlicesB, 8, false,
+                                     sgemm::kMathWgmmaRows, kWEvictFirst>,
+                       sgemm::Config<kStreamBnB, kNT, stream_ks_b<kNT>(), stream_stages_b<kNT>(),
+                                     kNT <= 2 ? 1 : 2, 2 * kH / 32, 8, false, sgemm::kMathAuto,
+                                     kWEvictFirst>>::type;
 
 // The quantize work of kernel A's stream GEMM CTAs (their consumer prologue: the producer warp
 // streams wo_a meanwhile). The CTA's kConsumers threads claim items of one unit per consumer
@@ -593,6 +631,7 @@ __global__ void __launch_bounds__(oproj::StreamCfgA<kH, kG, kNT>::kThreads)
     op.w = a.wo_a, op.w_sf = a.wo_a_sf, op.ldw = S::kK, op.w_kb = S::kK / 32;
     op.w_k0 = kr.k0, op.k_len = kr.len, op.T = (int)a.T;
     op.a_col0 = g * S::kK + kr.k0, op.maps = &maps;
+    if (kr.len / 32 > Cfg::kSfRow) __trap();   // the slice's scales fit the table (runtime's split)
     sgemm::run<Cfg>(
         op, n0, smem, [&] { wait_units(a); },
         [&](const float *D, int T) {
@@ -628,6 +667,7 @@ __global__ void __launch_bounds__(oproj::StreamCfgB<kH, kNT>::kThreads)
     op.w = b.wo_b, op.w_sf = b.wo_b_sf, op.ldw = 2 * kH, op.w_kb = 2 * kH / 32;
     op.w_k0 = kr.k0, op.k_len = kr.len, op.T = (int)b.T;
     op.a_col0 = kr.k0, op.maps = &maps;
+    if (kr.len / 32 > Cfg::kSfRow) __trap();   // the slice's scales fit the table (runtime's split)
     sgemm::run<Cfg>(op, n0, smem, [] { pdl::wait(); }, [&](const float *D, int T) {
         if (blockIdx.x == 0 && (!kSplit || blockIdx.y == 0))  // after the wait: A is complete
             for (long long i = threadIdx.x; i < b.bank_words; i += Cfg::kConsumers) b.bank[i] = 0u;
