@@ -28,6 +28,14 @@ static const char *const dsv4_flash[] = {
     "{\"kernel\": \"dsv4_attention\", \"H\": 4096, \"page_size\": 256, \"draft_tokens\": 3, \"hca\": 1}",
     "{\"kernel\": \"dsv4_output_proj_a\", \"H\": 4096, \"G\": 8}",
     "{\"kernel\": \"dsv4_output_proj_b\", \"H\": 4096, \"G\": 8}",
+    "{\"kernel\": \"dsv4_output_proj_a_stream\", \"H\": 4096, \"G\": 8, \"NT\": 1}",
+    "{\"kernel\": \"dsv4_output_proj_a_stream\", \"H\": 4096, \"G\": 8, \"NT\": 2}",
+    "{\"kernel\": \"dsv4_output_proj_a_stream\", \"H\": 4096, \"G\": 8, \"NT\": 4}",
+    "{\"kernel\": \"dsv4_output_proj_a_stream\", \"H\": 4096, \"G\": 8, \"NT\": 8}",
+    "{\"kernel\": \"dsv4_output_proj_b_stream\", \"H\": 4096, \"G\": 8, \"NT\": 1}",
+    "{\"kernel\": \"dsv4_output_proj_b_stream\", \"H\": 4096, \"G\": 8, \"NT\": 2}",
+    "{\"kernel\": \"dsv4_output_proj_b_stream\", \"H\": 4096, \"G\": 8, \"NT\": 4}",
+    "{\"kernel\": \"dsv4_output_proj_b_stream\", \"H\": 4096, \"G\": 8, \"NT\": 8}",
     NULL,
 };
 
