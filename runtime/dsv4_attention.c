@@ -400,7 +400,7 @@ static mla_status launch_cooperative(mla_runtime *rt, const mla__kernel *k, CUst
 }
 
 /* T <= this: phase 3 runs the stream GEMM (kQStreamTokens of attention.cu). */
-#define DSV4_Q_STREAM_TOKENS 16
+#define DSV4_Q_STREAM_TOKENS 64
 /* T <= this: phase 1 runs the stream GEMMs (kP1StreamTokens of attention.cu; the kernel may
  * take a lower threshold and ignore the descriptors above it). */
 #define DSV4_P1_STREAM_TOKENS 64
@@ -410,7 +410,6 @@ typedef struct p1_maps {
     mla__dsv4_maps qa, kv;
     CUtensorMap gate_w, gate_x;
     mla__dsv4_maps qa2, kv2;  /* T > 32: tokens 32.. of the x codes (the kernel's second half) */
-    mla__dsv4_maps q2;        /* T > 32: phase 3's second pass, tokens 32.. of the qr codes */
 } p1_maps;
 
 /* T <= DSV4_P1_STREAM_TOKENS: phase 1's descriptors (attention.cu, P1Maps). The x codes are in
@@ -474,22 +473,17 @@ mla_status mla_attention(mla_runtime *runtime, const mla_attention_args *args, C
     const mla__kernel *k = NULL;
     MLA_FORWARD_IF_ERROR(mla__get_kernel(runtime, &spec, &k));
     /* T <= 64: the TMA descriptors of phase 3's stream GEMM (attention.cu, q_projection_stream:
-     * 128-row wq_b boxes, 8, 16 or 32 token rows of qr codes, 2 K-atoms per stage). */
+     * 2 K-atoms per stage; T <= 16: 128-row wq_b boxes, 8 or 16 token rows of qr codes; above:
+     * 64-row boxes, 64 token rows, CfgQbStream*). */
     mla__dsv4_maps maps;
     memset(&maps, 0, sizeof maps);
-    /* token rows and W rows of a stage: T <= 16 128-row tiles, above 64-row tiles (CfgQbStream*) */
-    const int tq = T <= 8 ? 8 : T <= 16 ? 16 : 32, bq = T <= 16 ? 128 : 64;
+    const int tq = T <= 8 ? 8 : T <= 16 ? 16 : 64, bq = T <= 16 ? 128 : 64;
     if (T <= DSV4_Q_STREAM_TOKENS)
         MLA_FORWARD_IF_ERROR(mla__dsv4_stream_maps(
             runtime, &maps, p.wq_b, DSV4_QL, DSV4_Q_COLS, DSV4_QL, bq, p.qr, DSV4_QL, T,
             2 * DSV4_QL, tq, p.wq_b_sf, 2));
     p1_maps p1;
     memset(&p1, 0, sizeof p1);
-    if (T > 32 && T <= DSV4_Q_STREAM_TOKENS)
-        MLA_FORWARD_IF_ERROR(mla__dsv4_stream_maps(
-            runtime, &p1.q2, p.wq_b, DSV4_QL, DSV4_Q_COLS, DSV4_QL, 64,
-            p.qr + (CUdeviceptr)(32 * 2 * DSV4_QL), DSV4_QL, T - 32, 2 * DSV4_QL, 32, p.wq_b_sf,
-            2));
     if (T <= DSV4_P1_STREAM_TOKENS)
         MLA_FORWARD_IF_ERROR(fill_p1_maps(runtime, args, &p, T, H, hca, &p1));
     void *kargs[] = {&p, &maps, &p1};

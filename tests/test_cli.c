@@ -137,9 +137,11 @@ Test(cli, list_presets) {
               "--list-presets: expected flashmla-sparse with flashmla_sparse_prefill_sm90, got "
               "'%s'", out);
     cr_expect(count_lines_with(out, "\"dsv4_attention\"") == 16 &&
-                  count_lines_with(out, "dsv4_output_proj_") == 2,
-              "--list-presets: the dsv4-flash preset has the plan, 16 attention and 2 output "
-              "projection specs: '%s'", out);
+                  count_lines_with(out, "dsv4_output_proj_") == 10 &&
+                  count_lines_with(out, "dsv4_output_proj_a_stream") == 4 &&
+                  count_lines_with(out, "dsv4_output_proj_b_stream") == 4,
+              "--list-presets: the dsv4-flash preset has the plan, 16 attention and 10 output "
+              "projection specs (tiled A and B, stream A and B at NT 1, 2, 4, 8): '%s'", out);
 }
 
 

@@ -35,7 +35,7 @@
 // --- barrier 1 (T > 16; at T <= 16 phase 3 waits on a count of the qr rows instead)
 // Phase 3: q[t] = bf16(qr[t] @ Wd_qb^T) into q_or_x [T, 32768].
 //          Tiles of 64 x 64 (T <= 64: 64 x 128), a CTA's tiles through one carried pipeline;
-//          T <= 16: the weight-streaming GEMM (kQStreamTokens; 32 / 64 compiled out).
+//          T <= 64: the weight-streaming GEMM (kQStreamTokens).
 // --- barrier 2 (all KV / c128 writes and all q are visible: A6)
 // HCA: kv_score_ring row kv_gate_ring_row[t] = g[t] (of two tokens on one row, the later
 //          position wins), after every compressor has read the ring.
@@ -190,27 +190,24 @@ using CfgQb = TileCfg<gemm::AKind::kBf16, 6>;                        // qr @ Wd_
 // step twice the W; the same MMAs per accumulator in the same order, so the same q bits.
 using CfgQbWide = gemm::Config<64, 128, 2, 4, 4, gemm::AKind::kBf16>;
 constexpr bool kWideQ = true;                   // false: 64 x 64 tiles at every T
-// T <= kQStreamTokens: phase 3 on the weight-streaming GEMM (q_projection_stream), 128-row tiles
-// (the tiles of prefetch_q_weights), 4 consumer warps + 1 producer warp, one ring over the CTA's
-// tiles; 8 tokens: 4 stages, 16 tokens: 3.
-// 16 < T <= 32: 32 tokens a stage on 64-row tiles (4 row groups of 16: the kernel's registers,
-// 255, do not fit larger warp tiles without spills); 32 < T <= 64: two passes of 32 tokens over
-// the CTA's tiles (the second one's W mostly from L2).
-// 16: measured (request dsv4p/3) the 32-token path at T 64 (two passes) at 47 µs against the
-// tiled path's 45.5; T 17..32 unmeasured. Kept compiled out, one constant away.
-constexpr int kQStreamTokens = 16;              // DSV4_Q_STREAM_TOKENS (16, 32 or 64)
-static_assert(kQStreamTokens == 16 || kQStreamTokens == 32 || kQStreamTokens == 64,
-              "1, 2 or 4 token tiles of 8, twice above 32");
+// T <= kQStreamTokens: phase 3 on the weight-streaming GEMM (q_projection_stream), 4 consumer
+// warps + 1 producer warp, one ring over the CTA's tiles. T <= 16: 128-row tiles (the tiles of
+// prefetch_q_weights) on mma.sync; 8 tokens: 4 stages, 16 tokens: 3. 16 < T <= 64: 64 tokens a
+// stage on 64-row tiles (the consumer warpgroup's rows) on the wgmma-rows consumer (sm_90a; on
+// sm_100a mma.sync, 4 row groups of 16), one pass (the mma.sync path of 32 tokens a pass, run
+// twice above 32, measured 47 µs at T 64 against the tiled GEMM's 45.5, request dsv4p/3).
+constexpr int kQStreamTokens = 64;              // DSV4_Q_STREAM_TOKENS (16 or 64)
+static_assert(kQStreamTokens == 16 || kQStreamTokens == 64, "1 or 2 token tiles of 8, or 64");
 // kL2EvictFirst: the stream GEMMs' weight copies (phases 1 and 3) with an L2 evict_first policy.
 constexpr bool kL2EvictFirst = true;
 using CfgQbStream1 =
     sgemm::Config<128, 1, 256, 4, 2, kQL / 32, 4, true, sgemm::kMathAuto, kL2EvictFirst>;
 using CfgQbStream2 =
     sgemm::Config<128, 2, 256, 3, 2, kQL / 32, 4, true, sgemm::kMathAuto, kL2EvictFirst>;
-using CfgQbStream4 =  // 64-row tiles: registers
-    sgemm::Config<64, 4, 256, 4, 4, kQL / 32, 4, true, sgemm::kMathAuto, kL2EvictFirst>;
+using CfgQbStream8 =
+    sgemm::Config<64, 8, 256, 4, 4, kQL / 32, 4, true, sgemm::kMathWgmmaRows, kL2EvictFirst>;
 static_assert(CfgQbStream1::kThreads <= kThreads && CfgQbStream2::kThreads <= kThreads &&
-                  CfgQbStream4::kThreads <= kThreads,
+                  CfgQbStream8::kThreads <= kThreads,
               "the stream GEMM's warps fit the block");
 constexpr int kBM = CfgQkv::kBM, kBN = CfgQkv::kBN;
 
@@ -409,6 +406,11 @@ constexpr bool kNoBarrier0 = true;             // false: barrier 0 at every T (c
 __device__ __forceinline__ void wait_count(const unsigned *word, unsigned n) {
     while (ld_acquire_gpu(word) < n) __nanosleep(32);
 }
+// The [wq_a; wkv] token halves of the stream phase 1 (phase_projections_stream_t: two halves of
+// 32 tokens with the 64-token instantiation): each (block, half) counts its block once, so the
+// qa / kv counts of a complete phase 1 are the blocks times this.
+static_assert(kQStreamTokens <= kP1StreamTokens, "no barrier 0 needs the stream phase 1's counts");
+__device__ __forceinline__ unsigned p1_halves(int T) { return T > 32 ? 2u : 1u; }
 // 4 consumer warps: 2 row groups x 2 K parts, from 32 tokens 4 row groups (registers).
 template <int kH, int kNT>
 using CfgP1 = sgemm::Config<kP1BN, kNT, 128, 8, kNT >= 4 ? 4 : 2, kH / 32, 4, false,
@@ -427,12 +429,10 @@ static_assert(CfgP1<128, 2>::kThreads <= kThreads && CfgP1Gate<2>::kThreads <= k
 // T > 32: [wq_a; wkv] runs in two token halves of 32 (kNT 4: the kNT 8 consumer does not fit
 // the kernel's registers), qa / kv for tokens 0..31 and qa2 / kv2 (A from x code row 32 on) for
 // the rest.
-// q2: phase 3's second pass at T > 32 (W = wq_b, A = the qr codes from row 32 on, sf = wq_b_sf).
 struct alignas(64) P1Maps {
     sgemm::Maps qa, kv;
     sgemm::TmaMap gate_w, gate_x;
     sgemm::Maps qa2, kv2;
-    sgemm::Maps q2;
 };
 
 template <int kH>
@@ -679,7 +679,7 @@ __device__ bool phase_projections(const Params &p, const P1Maps &maps, unsigned 
 __device__ void qr_row(const Params &p, int t, int lane, bool wait) {
     if (wait) {  // the gain's lines asked for first (a weight: likely out of L2 by now)
         if (lane < kQL * 2 / 128) gemm::prefetch_l2(p.q_norm_w + lane * 64);
-        wait_count(p.bank + kQaDoneWord, kQL / kP1BN);
+        wait_count(p.bank + kQaDoneWord, kQL / kP1BN * p1_halves(p.T));
     }
     float v[32], w[32];
     load_bf16<32>(p.qa + (long long)t * kQL + lane * 32, v);
@@ -722,7 +722,7 @@ __device__ void kv_row(const Params &p, int t, int lane, bool wait) {
             gemm::prefetch_l2(p.kv_norm_w + lane * 64);
         else if (lane < kKVL * 2 / 128 + 2)
             gemm::prefetch_l2(p.freqs + (long long)p.positions[t] * 64 + (lane - 8) * 32);
-        wait_count(p.bank + kKvDoneWord, kKVL / kP1BN);
+        wait_count(p.bank + kKvDoneWord, kKVL / kP1BN * p1_halves(p.T));
     }
     float v[16];
     load_bf16<16>(p.kv + (long long)t * kKVL + lane * 16, v);
@@ -907,19 +907,13 @@ __device__ void q_projection_stream(const Params &p, const sgemm::Maps &maps, in
 
 template <int kDraft, bool kHca>
 __device__ void phase_q_projection(const Params &p, const sgemm::Maps &maps,
-                                   const sgemm::Maps &maps2, unsigned char *smem) {
+                                   unsigned char *smem) {
     if (p.T <= 8) {
         q_projection_stream<CfgQbStream1>(p, maps, 0, smem);
     } else if (p.T <= 16) {
         q_projection_stream<CfgQbStream2>(p, maps, 0, smem);
     } else if (kQStreamTokens > 16 && p.T <= kQStreamTokens) {
-        if constexpr (kQStreamTokens > 16) {
-            q_projection_stream<CfgQbStream4>(p, maps, 0, smem);
-            if (p.T > 32) {                 // tokens 32..: the same tiles again (W from L2)
-                __syncthreads();
-                q_projection_stream<CfgQbStream4>(p, maps2, 32, smem);
-            }
-        }
+        if constexpr (kQStreamTokens > 16) q_projection_stream<CfgQbStream8>(p, maps, 0, smem);
     } else if (kWideQ && p.T <= CfgQbWide::kBM) {
         q_projection_tiles<CfgQbWide>(p, smem);
     } else {
@@ -1312,7 +1306,7 @@ constexpr int kGemmSmemBytes =
     cmax(cmax(cmax(CfgQkv::kSmemBytes, CfgGate::kSmemBytes),
               cmax(CfgQb::kSmemBytes, CfgQbWide::kSmemBytes)),
          cmax(cmax(cmax(CfgQbStream1::kSmemBytes, CfgQbStream2::kSmemBytes),
-                   CfgQbStream4::kSmemBytes),
+                   CfgQbStream8::kSmemBytes),
               cmax(CfgP1<kP1MaxH, 4>::kSmemBytes, CfgP1Gate<8>::kSmemBytes)));
 constexpr int kSmemBytes =
     cmax(cmax(kGemmSmemBytes, attn::kSmemBytes), 128 * 4 + kKVL * 4 /* compressor */);
@@ -1363,7 +1357,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(
     if (no_b0 && kQHintsNoB0) late_hints();
     // T <= kQStreamTokens: phase 3 waits for the qr rows alone (kQrReadyWord), no barrier 1.
     if (p.T > kQStreamTokens) grid_barrier(p.bank + 1);
-    phase_q_projection<kDraft, kHca != 0>(p, qmaps, p1maps.q2, smem);
+    phase_q_projection<kDraft, kHca != 0>(p, qmaps, smem);
     trace::mark0(trace::kP3Done);
     grid_barrier(p.bank + 2);
     trace::mark0(trace::kB2);

@@ -458,25 +458,41 @@ using StreamCfgB = typename Pick<(kNT >= 4),
                                      kWEvictFirst>>::type;
 
 // The quantize work of kernel A's stream GEMM CTAs (their consumer prologue: the producer warp
-// streams wo_a meanwhile). The CTA's kConsumers threads claim items of one unit per consumer
-// warp from the ticket counter (bank word 0) until none are left, so that every unit is taken by
-// a running CTA that finishes it without waiting (no deadlock, whatever the residency), then add
-// the units they did to ready[0] (word 32: T <= 16, one m-tile).
+// streams wo_a meanwhile). The CTA's kConsumers threads claim items of kW * per units (per
+// units a consumer warp) from the ticket counter (bank word 16) until none are left, so that
+// every unit is taken by a running CTA that finishes it without waiting (no deadlock, whatever
+// the residency), then add the units they did to ready[0] (word 32: one m-tile). The T <= 16
+// kinds (kNT 1, 2) take one unit a warp per claim; the 32- / 64-token kinds per = ceil(units /
+// every CTA's consumer warps), one claim a CTA when the units are spread evenly (at T 64 and
+// 128 CTAs, 4 units a warp: one claim instead of 4). (The T <= 16 kinds with the per loop
+// measured SWA T 16 76.5 -> 85.1 µs, T 1 64.7 -> 67.0 with per = 1: not pinned down.)
 template <class Cfg>
 __device__ __forceinline__ void quantize_share(const ArgsA &a) {
     __shared__ unsigned int claimed;
     constexpr int kW = Cfg::kConsumerWarps;
     const int warp = (int)(threadIdx.x / 32), lane = (int)(threadIdx.x % 32);
     const long long units = a.T * kHeads;
+    long long per = 1;
+    if constexpr (Cfg::kNT >= 4) {
+        const long long warps = (long long)gridDim.x * gridDim.y * kW;
+        per = (units + warps - 1) / warps;
+    }
     unsigned int done = 0;                                  // units of this CTA (thread 0)
     for (;;) {
         if (threadIdx.x == 0) claimed = atomicAdd(a.bank + kTicketWord, 1u);
         named_barrier_sync(1, Cfg::kConsumers);
-        const long long u0 = (long long)claimed * kW;
+        const long long u0 = (long long)claimed * kW * per;
         named_barrier_sync(1, Cfg::kConsumers);             // read before the next claim
         if (u0 >= units) break;
-        if (u0 + warp < units) quantize_unit(a, u0 + warp, lane);
-        done += (unsigned int)(units - u0 < kW ? units - u0 : kW);
+        if constexpr (Cfg::kNT >= 4) {
+            for (long long k = 0; k < per; ++k) {
+                const long long u = u0 + warp * per + k;
+                if (u < units) quantize_unit(a, u, lane);
+            }
+        } else {
+            if (u0 + warp < units) quantize_unit(a, u0 + warp, lane);
+        }
+        done += (unsigned int)(units - u0 < kW * per ? units - u0 : kW * per);
     }
     if (threadIdx.x == 0 && done > 0) {                     // the barrier above ordered the writes
         __threadfence();
@@ -490,14 +506,24 @@ __device__ __forceinline__ void quantize_share(const ArgsA &a) {
 // consumers instead of __syncthreads: the producer warp has left). In the CTA that arrives last
 // (returns true in all its consumer threads) D is overwritten with the sum of every slice's
 // partial in slice order 0, 1, ... (deterministic whichever CTA is last), read with ld.global.cg.
+// Both passes move 4 consecutive rows a thread (16-byte global accesses), and the sum loads
+// kSumBatch such quads of every slice before adding any, so that the last CTA waits for a few L2
+// round trips rather than one per element (32 in a row at kBN 128, T 64 with one quad a thread
+// and slice at a time). Needs N % 4 == 0, n0 % 4 == 0 and a 16-byte aligned part.
+constexpr int kSumBatch = 4, kMaxStreamSlices = 4;
 template <class Cfg>
 __device__ __forceinline__ bool stream_split_reduce(float *D, int T, float *part, int n0,
                                                     long long N, unsigned int *counter) {
+    static_assert(Cfg::kBN % 4 == 0, "row quads");
+    constexpr int kQ = Cfg::kBN / 4;                  // row quads per token
     const int tid = (int)threadIdx.x, slice = (int)blockIdx.y, slices = (int)gridDim.y;
     const long long slice_stride = (long long)T * N;
-    for (int i = tid; i < T * Cfg::kBN; i += Cfg::kConsumers) {
-        const int t = i / Cfg::kBN, r = i % Cfg::kBN;
-        part[slice * slice_stride + t * N + n0 + r] = D[r * Cfg::kDPitch + t];
+    const int quads = T * kQ;
+    for (int i = tid; i < quads; i += Cfg::kConsumers) {
+        const int t = i / kQ, r = 4 * (i % kQ);
+        const float4 v = make_float4(D[r * Cfg::kDPitch + t], D[(r + 1) * Cfg::kDPitch + t],
+                                     D[(r + 2) * Cfg::kDPitch + t], D[(r + 3) * Cfg::kDPitch + t]);
+        *reinterpret_cast<float4 *>(part + slice * slice_stride + t * N + n0 + r) = v;
     }
     __shared__ unsigned int last;
     __threadfence();                                  // this thread's partial stores, gpu scope
@@ -509,12 +535,34 @@ __device__ __forceinline__ bool stream_split_reduce(float *D, int T, float *part
     named_barrier_sync(1, Cfg::kConsumers);
     if (!last) return false;
     __threadfence();
-    for (int i = tid; i < T * Cfg::kBN; i += Cfg::kConsumers) {
-        const int t = i / Cfg::kBN, r = i % Cfg::kBN;
-        const float *src = part + t * N + n0 + r;
-        float sum = __ldcg(src);
-        for (int j = 1; j < slices; ++j) sum += __ldcg(src + j * slice_stride);
-        D[r * Cfg::kDPitch + t] = sum;
+    if (slices > kMaxStreamSlices) __trap();          // the runtime's split: at most 4
+    for (int base = 0; base < quads; base += kSumBatch * Cfg::kConsumers) {
+        float4 v[kSumBatch][kMaxStreamSlices];
+#pragma unroll
+        for (int u = 0; u < kSumBatch; ++u) {
+            const int i = base + u * Cfg::kConsumers + tid;
+            const int t = i / kQ, r = 4 * (i % kQ);
+            const float *src = part + t * N + n0 + r;
+#pragma unroll
+            for (int j = 0; j < kMaxStreamSlices; ++j)
+                if (i < quads && j < slices)
+                    v[u][j] = __ldcg(reinterpret_cast<const float4 *>(src + j * slice_stride));
+        }
+#pragma unroll
+        for (int u = 0; u < kSumBatch; ++u) {
+            const int i = base + u * Cfg::kConsumers + tid;
+            if (i >= quads) continue;
+            const int t = i / kQ, r = 4 * (i % kQ);
+            float4 sum = v[u][0];
+#pragma unroll
+            for (int j = 1; j < kMaxStreamSlices; ++j)
+                if (j < slices) {
+                    sum.x += v[u][j].x, sum.y += v[u][j].y;
+                    sum.z += v[u][j].z, sum.w += v[u][j].w;
+                }
+            D[r * Cfg::kDPitch + t] = sum.x, D[(r + 1) * Cfg::kDPitch + t] = sum.y;
+            D[(r + 2) * Cfg::kDPitch + t] = sum.z, D[(r + 3) * Cfg::kDPitch + t] = sum.w;
+        }
     }
     named_barrier_sync(1, Cfg::kConsumers);
     return true;
