@@ -66,6 +66,9 @@ static layer_case cases[] = {
     {"swa H512 T7 B16 lin+1 sink (cut)", KN(0, 512, 4, 7, 0, 0, 16, LIN, 1, 1, 0, 0, 0, 1, 0), 1},
     {"swa H512 T64 B64 lin-1 pad (cut)", KN(0, 512, 4, 64, 0, 0, 64, LIN, -1, 0, 0, 1, 0, 0, 0), 1},
     {"swa H4096 T1 B256 ring-1", KN(0, 4096, 8, 1, 0, 0, 256, RING, -1, 0, 0, 0, 0, 0, 0), 1},
+    /* G 2 (K 16384) at 16 < T <= 64: out-proj kernel A in 4 K slices, 3 stages (NT 8 / NT 4) */
+    {"swa H512 T40 B128 ring+1 sink G2", KN(0, 512, 2, 40, 0, 0, 128, RING, 1, 1, 0, 0, 0, 0, 0), 1},
+    {"hca H512 T20 B128 lin-1 fire G2", KN(1, 512, 2, 20, 0, 0, 128, LIN, -1, 0, 0, 0, 1, 0, 64), 1},
     /* 8 < T <= 16 and T 4 at page 128, draft 0 (the bench's kernels): the two-tile stream GEMMs */
     {"swa H4096 T13 B128 lin+1 sink", KN(0, 4096, 8, 13, 0, 0, 128, LIN, 1, 1, 0, 0, 0, 0, 0), 1},
     {"swa H4096 T4 B128 ring+1", KN(0, 4096, 8, 4, 0, 0, 128, RING, 1, 0, 0, 0, 0, 0, 0), 1},
