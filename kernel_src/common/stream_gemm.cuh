@@ -792,6 +792,21 @@ __device__ __forceinline__ void store_acc(float *mine, const float (&acc)[Cfg::k
             }
 }
 
+// A wgmma-rows consumer thread's accumulators (consume_wgr: warp w's 16 rows of its warpgroup's
+// 64, kNT groups of 8 tokens) into the reduction buffer: mine[r kDPitch + t].
+template <class Cfg>
+__device__ __forceinline__ void store_acc_wgr(float *mine, const float (&acc)[Cfg::kNT][4],
+                                              int warp, int lane) {
+#pragma unroll
+    for (int j = 0; j < Cfg::kNT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int r = 16 * warp + lane / 4 + 8 * (e / 2);
+            const int t = 8 * j + 2 * (lane % 4) + e % 2;
+            mine[r * Cfg::kDPitch + t] = acc[j][e];
+        }
+}
+
 // With kWK > 1 K-split warps: red[w][r][t] summed over w in order 0, 1, ... into red[0], then a
 // barrier of the consumers (none needed, and none done, with one).
 template <class Cfg>
@@ -883,14 +898,7 @@ __device__ __forceinline__ void consume_tiles(const Operands &op, int count, con
             float acc[Cfg::kNT][4];
             consume_wgr<Cfg>(op, n0, i * steps, sm, acc);
             named_barrier_sync(1, Cfg::kConsumers);
-#pragma unroll
-            for (int j = 0; j < Cfg::kNT; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int r = 16 * warp + lane / 4 + 8 * (e / 2);
-                    const int t = 8 * j + 2 * (lane % 4) + e % 2;
-                    mine[r * Cfg::kDPitch + t] = acc[j][e];
-                }
+            store_acc_wgr<Cfg>(mine, acc, warp, lane);
         } else if constexpr (Cfg::kWg) {
             float acc[Cfg::kMB][Cfg::kNT][4];
             consume_wg<Cfg>(op, n0, i * steps, sm, acc);
@@ -968,14 +976,7 @@ __device__ __forceinline__ void run_tiles(const Operands &op, int count, TileN t
             float acc[Cfg::kNT][4];
             consume_wgr<Cfg>(op, n0, i * steps, sm, acc);
             named_barrier_sync(1, Cfg::kConsumers);
-#pragma unroll
-            for (int j = 0; j < Cfg::kNT; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int r = 16 * warp + lane / 4 + 8 * (e / 2);
-                    const int t = 8 * j + 2 * (lane % 4) + e % 2;
-                    mine[r * Cfg::kDPitch + t] = acc[j][e];
-                }
+            store_acc_wgr<Cfg>(mine, acc, warp, lane);
         } else if constexpr (Cfg::kWg) {
             float acc[Cfg::kMB][Cfg::kNT][4];
             consume_wg<Cfg>(op, n0, i * steps, sm, acc);
