@@ -838,7 +838,8 @@ __device__ __forceinline__ void load_a_table(const Operands &op, const Smem<Cfg>
             v = __ldcg(reinterpret_cast<const unsigned int *>(op.a_sf + t * op.lda_sf) + wd);
         reinterpret_cast<unsigned int *>(sm.table())[i] = v;
     }
-    if constexpr (Cfg::kFTableBytes > 0) {
+    if constexpr (Cfg::kWgR) {  // only the wgmma-rows consumer reads it (the mma.sync fallback
+                                // keeps the room, so that the shared memory is arch-independent)
         named_barrier_sync(1, Cfg::kConsumers);
         for (int i = tid; i < Cfg::kTP * Cfg::kSfRow; i += Cfg::kConsumers) {
             const int g = i / Cfg::kTP, t = i % Cfg::kTP;
