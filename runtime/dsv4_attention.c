@@ -404,6 +404,9 @@ static mla_status launch_cooperative(mla_runtime *rt, const mla__kernel *k, CUst
 /* T <= this: phase 1 runs the stream GEMMs (kP1StreamTokens of attention.cu; the kernel may
  * take a lower threshold and ignore the descriptors above it). */
 #define DSV4_P1_STREAM_TOKENS 64
+/* HCA layers with H <= this: phase 1 at T > 32 in one pass of 64 tokens (kP1OnePassMaxH of
+ * attention.cu); SWA layers and larger H in two halves of 32 (the qa2 / kv2 descriptors). */
+#define DSV4_P1_ONE_PASS_MAX_H 4096
 
 /* The kernel's third parameter, mla::dsv4::P1Maps (64-byte aligned CUtensorMaps). */
 typedef struct p1_maps {
@@ -418,14 +421,17 @@ typedef struct p1_maps {
 static mla_status fill_p1_maps(mla_runtime *rt, const mla_attention_args *a,
                                const attention_params *p, int T, long long H, int hca,
                                p1_maps *m) {
-    /* tp: the token rows of a stage (kTP); [wq_a; wkv] at most 32 (two halves above 32). */
-    const int tp = T <= 8 ? 8 : T <= 16 ? 16 : T <= 32 ? 32 : 64, tq = tp < 32 ? tp : 32;
+    /* tp: the token rows of a stage (kTP); [wq_a; wkv] in one pass of 64 tokens on HCA layers
+     * with H <= DSV4_P1_ONE_PASS_MAX_H, else at most 32 (two halves above 32). */
+    const int one_pass = hca && H <= DSV4_P1_ONE_PASS_MAX_H;
+    const int tp = T <= 8 ? 8 : T <= 16 ? 16 : T <= 32 ? 32 : 64;
+    const int tq = tp < 32 || one_pass ? tp : 32;
     const long long ldx = H + H / 32;
     MLA_FORWARD_IF_ERROR(mla__dsv4_stream_maps(rt, &m->qa, p->wq_a, H, DSV4_QL, H, 64, p->part_o,
                                                H, T, ldx, tq, p->wq_a_sf, 1));
     MLA_FORWARD_IF_ERROR(mla__dsv4_stream_maps(rt, &m->kv, p->wkv, H, DSV4_KVL, H, 64, p->part_o,
                                                H, T, ldx, tq, p->wkv_sf, 1));
-    if (T > 32) {
+    if (T > 32 && !one_pass) {
         const CUdeviceptr x2 = p->part_o + (CUdeviceptr)(32 * ldx);
         MLA_FORWARD_IF_ERROR(mla__dsv4_stream_maps(rt, &m->qa2, p->wq_a, H, DSV4_QL, H, 64, x2, H,
                                                    T - 32, ldx, 32, p->wq_a_sf, 1));

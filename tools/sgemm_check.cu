@@ -233,5 +233,17 @@ int main(int argc, char **argv) {
     CASE((run_case<Config<64, 8, 256, 3, 2, 64, 4, false, kMathWgmmaRows, true>, false, 2>("A64 wgr 4w nt8 st3 split2", 8192, 4096, 64)));
     CASE((run_case<Config<128, 8, 256, 4, 4, 64, 8, false, kMathWgmmaRows, true>, false, 2>("Q128 wgr nt8 st4 split2 (wq_b)", 32768, 1024, 64)));
     CASE((run_case<Config<128, 8, 256, 4, 4, 32, 8, false, kMathWgmmaRows, true>>("Q128 wgr nt8 st4 (wq_b)", 32768, 1024, 64)));
+    // T <= 16 (cases 36..): the library's NT 1 / 2 out-proj kinds against the wgmma-rows consumer
+    // on 64-row blocks (one consumer warpgroup), B also as 64-row blocks in 2 K slices
+    CASE((run_case<Config<64, 1, 256, 5, 1, 128, 8, false, kMathAuto, true>>("A lib nt1 st5", 8192, 4096, 1)));
+    CASE((run_case<Config<64, 1, 256, 5, 4, 128, 4, false, kMathWgmmaRows, true>>("A wgr 4w nt1 st5", 8192, 4096, 1)));
+    CASE((run_case<Config<64, 1, 256, 9, 4, 128, 4, false, kMathWgmmaRows, true>>("A wgr 4w nt1 st9", 8192, 4096, 1)));
+    CASE((run_case<Config<64, 2, 256, 5, 1, 128, 8, false, kMathAuto, true>>("A lib nt2 st5", 8192, 4096, 16)));
+    CASE((run_case<Config<64, 2, 256, 5, 4, 128, 4, false, kMathWgmmaRows, true>>("A wgr 4w nt2 st5", 8192, 4096, 16)));
+    CASE((run_case<Config<32, 1, 512, 5, 1, 256, 8, false, kMathAuto, true>>("B lib nt1 ks512 st5", 4096, 8192, 1)));
+    CASE((run_case<Config<64, 1, 512, 4, 4, 128, 4, false, kMathWgmmaRows, true>, false, 2>("B wgr 4w nt1 ks512 st4 split2", 4096, 8192, 1)));
+    CASE((run_case<Config<64, 1, 256, 5, 4, 256, 4, false, kMathWgmmaRows, true>>("B wgr 4w nt1 st5 (64 CTAs)", 4096, 8192, 1)));
+    CASE((run_case<Config<32, 2, 512, 4, 1, 256, 8, false, kMathAuto, true>>("B lib nt2 ks512 st4", 4096, 8192, 16)));
+    CASE((run_case<Config<64, 2, 512, 4, 4, 128, 4, false, kMathWgmmaRows, true>, false, 2>("B wgr 4w nt2 ks512 st4 split2", 4096, 8192, 16)));
     return 0;
 }

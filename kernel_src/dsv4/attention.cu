@@ -406,15 +406,35 @@ constexpr bool kNoBarrier0 = true;             // false: barrier 0 at every T (c
 __device__ __forceinline__ void wait_count(const unsigned *word, unsigned n) {
     while (ld_acquire_gpu(word) < n) __nanosleep(32);
 }
-// The [wq_a; wkv] token halves of the stream phase 1 (phase_projections_stream_t: two halves of
-// 32 tokens with the 64-token instantiation): each (block, half) counts its block once, so the
-// qa / kv counts of a complete phase 1 are the blocks times this.
+// 32 < T <= 64: [wq_a; wkv] in one pass of 64 tokens on the wgmma-rows consumer (CfgP1W) on
+// HCA layers where its float scale table fits the launch (H <= kP1OnePassMaxH), else in two
+// token halves of 32 on mma.sync (qa2 / kv2 descriptors for the second), each (block, half)
+// counting its block, so that the qa / kv counts of a complete phase 1 are the blocks times
+// p1_halves. SWA keeps the halves: the one pass measured SWA T 64 118.7 -> 122.9 us, HCA T 64
+// 196.7 -> 187.4 (docs/perf-notes.md, thirteenth session).
+constexpr int kP1OnePassMaxH = 4096;            // DSV4_P1_ONE_PASS_MAX_H
+template <int kH, bool kHca>
+__host__ __device__ constexpr bool p1_one_pass() { return kHca && kH <= kP1OnePassMaxH; }
 static_assert(kQStreamTokens <= kP1StreamTokens, "no barrier 0 needs the stream phase 1's counts");
-__device__ __forceinline__ unsigned p1_halves(int T) { return T > 32 ? 2u : 1u; }
+template <int kH, bool kHca>
+__device__ __forceinline__ unsigned p1_halves(int T) {
+    return T > 32 && !p1_one_pass<kH, kHca>() ? 2u : 1u;
+}
 // 4 consumer warps: 2 row groups x 2 K parts, from 32 tokens 4 row groups (registers).
 template <int kH, int kNT>
 using CfgP1 = sgemm::Config<kP1BN, kNT, 128, 8, kNT >= 4 ? 4 : 2, kH / 32, 4, false,
                             sgemm::kMathAuto, kL2EvictFirst>;  // codes
+template <bool kFirst, class A, class B>
+struct PickCfg {
+    using type = A;
+};
+template <class A, class B>
+struct PickCfg<false, A, B> {
+    using type = B;
+};
+template <int kH>
+using CfgP1W = sgemm::Config<kP1BN, 8, 128, 8, 4, kH / 32, 4, false, sgemm::kMathWgmmaRows,
+                             kL2EvictFirst>;  // 64 tokens, one pass (p1_one_pass)
 template <int kNT>
 using CfgP1Gate =  // wkv_gate bf16 (64 tokens: 5 stages fit 172,032 B)
     bstream::Config<kP1BN, kNT, 256, kNT == 8 ? 5 : 6, kNT >= 4 ? 4 : 2, 4, kL2EvictFirst>;
@@ -426,9 +446,10 @@ static_assert(CfgP1<128, 2>::kThreads <= kThreads && CfgP1Gate<2>::kThreads <= k
 // stage); gate_w = wkv_gate bytes {2 H, 1024} box {128, 64}, gate_x = x bytes {2 H, T} box
 // {128, 8 kNT}, kNT = 1, 2, 4, 8 for T <= 8, 16, 32, 64. Zeroed and unused when
 // T > kP1StreamTokens.
-// T > 32: [wq_a; wkv] runs in two token halves of 32 (kNT 4: the kNT 8 consumer does not fit
-// the kernel's registers), qa / kv for tokens 0..31 and qa2 / kv2 (A from x code row 32 on) for
-// the rest.
+// T > 32 with H <= kP1OnePassMaxH: qa / kv boxes of 64 token rows (one pass, CfgP1W); with a
+// larger H [wq_a; wkv] runs in two token halves of 32 (kNT 4: the mma.sync kNT 8 consumer does
+// not fit the kernel's registers), qa / kv for tokens 0..31 and qa2 / kv2 (A from x code row 32
+// on) for the rest (zeroed and unused otherwise).
 struct alignas(64) P1Maps {
     sgemm::Maps qa, kv;
     sgemm::TmaMap gate_w, gate_x;
@@ -518,11 +539,10 @@ __device__ void p1_store(const Params &p, const float *D, int T, int t0, int n0,
 }
 
 // Slice sl of the 64-row block `block` of [wq_a; wkv] on the x codes of tokens 32 half ..
-// (half 1 only with kNT 4 at T > 32).
-template <int kH, int kNT>
+// (half 1 only with kNT 4 at T > 32); Cfg: CfgP1<kH, kNT>, or CfgP1W<kH> (one pass of 64).
+template <int kH, class Cfg>
 __device__ void qkv_stream(const Params &p, const P1Maps &maps, int block, int half,
                            const Slice &sl, unsigned char *smem) {
-    using Cfg = CfgP1<kH, kNT>;
     const int n = block * kP1BN;
     const bool is_q = n < kQL;
     const int t0 = 32 * half;
@@ -583,15 +603,17 @@ template <int kH, bool kHca, int kNT, class Early>
 __device__ bool phase_projections_stream(const Params &p, const P1Maps &maps,
                                          unsigned char *smem, Early early) {
     constexpr int kQBlocks = (kQL + kKVL) / kP1BN, kGBlocks = kHca ? 2 * kKVL / kP1BN : 0;
-    constexpr int kHalves = kNT == 8 ? 2 : 1, kQNT = kNT == 8 ? 4 : kNT;  // [wq_a; wkv] tokens
+    // [wq_a; wkv]: one pass (kNT <= 4, or 64 tokens on CfgP1W) or two halves of 32 tokens
+    constexpr bool kOne = kNT == 8 && p1_one_pass<kH, kHca>();
+    constexpr int kHalves = kNT == 8 && !kOne ? 2 : 1, kQNT = kNT == 8 && !kOne ? 4 : kNT;
+    using CfgQ = typename PickCfg<kOne, CfgP1W<kH>, CfgP1<kH, kQNT>>::type;
     constexpr int kQSteps = kH / 128;                                // CfgP1: 128 columns a step
     constexpr int kGSteps = 2 * kH / CfgP1Gate<kNT>::kKS;            // 256 bytes = 128 columns
-    static_assert(CfgP1<kH, kNT>::kSmemBytes <= kSmemBudget &&
-                      CfgP1Gate<kNT>::kSmemBytes <= kSmemBudget,
+    static_assert(CfgQ::kSmemBytes <= kSmemBudget && CfgP1Gate<kNT>::kSmemBytes <= kSmemBudget,
                   "phase 1's stream GEMMs fit the launch's shared memory");
     // Counters below word 128 (output_proj's split counters start there).
     static_assert(kSplitWord0 + kQBlocks * kHalves + kGBlocks <= 128, "slice counters fit");
-    static_assert(CfgP1<kH, kNT>::kThreads <= kP1Idle && CfgP1Gate<kNT>::kThreads <= kP1Idle,
+    static_assert(CfgQ::kThreads <= kP1Idle && CfgP1Gate<kNT>::kThreads <= kP1Idle,
                   "the early hints' warps are idle in phase 1");
     quantize_x<kH>(p);
     trace::mark0(trace::kXQuant);
@@ -608,7 +630,7 @@ __device__ bool phase_projections_stream(const Params &p, const P1Maps &maps,
             const int k0 = slice * qs.steps * 128;
             const Slice sl = {k0, min(kH - k0, qs.steps * 128), slice, qs.count, block * kP1BN,
                               p.bank + kSplitWord0 + block + kQBlocks * half};
-            qkv_stream<kH, kQNT>(p, maps, block, half, sl, smem);
+            qkv_stream<kH, CfgQ>(p, maps, block, half, sl, smem);
         } else {
             const int it = item - q_items, block = it % kGBlocks, slice = it / kGBlocks;
             const int k0 = slice * gs.steps * 128;
@@ -675,11 +697,12 @@ __device__ bool phase_projections(const Params &p, const P1Maps &maps, unsigned 
 // ---- phase 2: token rows and the compressor ------------------------------------------------
 
 // qr[t] = mxq(bf16(rmsnorm(qa[t], q_norm_weight))): one warp, 32 values (one group) per lane.
-// wait: no barrier 0 (T <= kQStreamTokens), the qa blocks' count first.
-__device__ void qr_row(const Params &p, int t, int lane, bool wait) {
-    if (wait) {  // the gain's lines asked for first (a weight: likely out of L2 by now)
+// halves > 0: no barrier 0 (T <= kQStreamTokens), the qa blocks' count (times phase 1's token
+// halves, p1_halves) first.
+__device__ void qr_row(const Params &p, int t, int lane, unsigned halves) {
+    if (halves) {  // the gain's lines asked for first (a weight: likely out of L2 by now)
         if (lane < kQL * 2 / 128) gemm::prefetch_l2(p.q_norm_w + lane * 64);
-        wait_count(p.bank + kQaDoneWord, kQL / kP1BN * p1_halves(p.T));
+        wait_count(p.bank + kQaDoneWord, kQL / kP1BN * halves);
     }
     float v[32], w[32];
     load_bf16<32>(p.qa + (long long)t * kQL + lane * 32, v);
@@ -714,15 +737,15 @@ __device__ void qr_row(const Params &p, int t, int lane, bool wait) {
 
 // The new SWA row of token t into kv_cache (skipped if swa_loc[t] < 0: A15).
 template <int kPage>
-__device__ void kv_row(const Params &p, int t, int lane, bool wait) {
+__device__ void kv_row(const Params &p, int t, int lane, unsigned halves) {
     const int loc = p.swa_loc[t];
     if (loc < 0) return;
-    if (wait) {  // the gain's and the RoPE row's lines first
+    if (halves) {  // the gain's and the RoPE row's lines first
         if (lane < kKVL * 2 / 128)
             gemm::prefetch_l2(p.kv_norm_w + lane * 64);
         else if (lane < kKVL * 2 / 128 + 2)
             gemm::prefetch_l2(p.freqs + (long long)p.positions[t] * 64 + (lane - 8) * 32);
-        wait_count(p.bank + kKvDoneWord, kKVL / kP1BN * p1_halves(p.T));
+        wait_count(p.bank + kKvDoneWord, kKVL / kP1BN * halves);
     }
     float v[16];
     load_bf16<16>(p.kv + (long long)t * kKVL + lane * 16, v);
@@ -806,21 +829,22 @@ __device__ void compress_token(const Params &p, int t, unsigned char *smem, bool
     __syncthreads();
 }
 
-// wait: no barrier 0 before it (T <= kQStreamTokens): each item waits for the phase-1 blocks it
-// reads.
+// halves > 0: no barrier 0 before it (T <= kQStreamTokens): each item waits for the phase-1
+// blocks it reads (halves: phase 1's token halves, p1_halves).
 template <int kPage, int kDraft, bool kHca>
-__device__ void phase_token_rows(const Params &p, unsigned char *smem, bool wait) {
+__device__ void phase_token_rows(const Params &p, unsigned char *smem, unsigned halves) {
     // The warp items on the CTAs from the last one down (at T <= 16 those have no phase-1 slice:
     // they reach phase 2 first), the compressors from the first one up.
     if (kHca)
-        for (int t = blockIdx.x; t < p.T; t += gridDim.x) compress_token<kDraft>(p, t, smem, wait);
+        for (int t = blockIdx.x; t < p.T; t += gridDim.x)
+            compress_token<kDraft>(p, t, smem, halves != 0);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     for (int item = ((int)gridDim.x - 1 - (int)blockIdx.x) * kWarps + warp; item < 2 * p.T;
          item += gridDim.x * kWarps) {
         if (item < p.T)
-            qr_row(p, item, lane, wait);
+            qr_row(p, item, lane, halves);
         else
-            kv_row<kPage>(p, item - p.T, lane, wait);
+            kv_row<kPage>(p, item - p.T, lane, halves);
     }
 }
 
@@ -1200,6 +1224,8 @@ __device__ void store_output(const Params &p, const Item &it, const float *sm, c
         }
 }
 
+constexpr bool kLateDependents = true;
+
 template <int kPage, bool kHca, int kHG>
 __device__ void attention_item(const Params &p, const Item &it, unsigned char *smem) {
     using namespace attn;
@@ -1224,6 +1250,7 @@ __device__ void attention_item(const Params &p, const Item &it, unsigned char *s
     }
     cp_async_commit();
     load_q<kHG>(p, it, sq);
+    if (kLateDependents) pdl::launch_dependents();
     if (threadIdx.x == 0) trace::mark_first(trace::kP4Q);
     for (int k = 0; k < ntiles; ++k) {
         const bool more = k + 1 < ntiles;
@@ -1307,7 +1334,8 @@ constexpr int kGemmSmemBytes =
               cmax(CfgQb::kSmemBytes, CfgQbWide::kSmemBytes)),
          cmax(cmax(cmax(CfgQbStream1::kSmemBytes, CfgQbStream2::kSmemBytes),
                    CfgQbStream8::kSmemBytes),
-              cmax(CfgP1<kP1MaxH, 4>::kSmemBytes, CfgP1Gate<8>::kSmemBytes)));
+              cmax(cmax(CfgP1<kP1MaxH, 4>::kSmemBytes, CfgP1W<kP1OnePassMaxH>::kSmemBytes),
+                   CfgP1Gate<8>::kSmemBytes)));
 constexpr int kSmemBytes =
     cmax(cmax(kGemmSmemBytes, attn::kSmemBytes), 128 * 4 + kKVL * 4 /* compressor */);
 static_assert(kSmemBytes <= kSmemBudget, "raise DSV4_ATTN_SMEM in runtime/dsv4_attention.c");
@@ -1327,7 +1355,10 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(
         __trap();  // the host's argument struct or smem size drifted from this file
     // mla_output_proj's kernel A is launched as a programmatic dependent: its CTAs may take the
     // SMs this grid's CTAs leave (they wait for this grid's completion before reading anything).
-    pdl::launch_dependents();
+    // kLateDependents: a CTA with phase-4 items allows them only once its first item's Q and
+    // KV loads are issued (CTAs without items by leaving), so that kernel A's weight copies do
+    // not queue in front of those loads.
+    if (!kLateDependents) pdl::launch_dependents();
     trace::begin();
     auto hints = [&](int tid, int n) {
         prefetch_kv_rows<kPage, kHca != 0>(p, tid, n);
@@ -1352,7 +1383,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(
         grid_barrier(p.bank + 0);
     }
     trace::mark0(trace::kB0);
-    phase_token_rows<kPage, kDraft, kHca != 0>(p, smem, no_b0);
+    phase_token_rows<kPage, kDraft, kHca != 0>(p, smem, no_b0 ? p1_halves<kH, kHca != 0>(p.T) : 0u);
     trace::mark0(trace::kP2Done);
     if (no_b0 && kQHintsNoB0) late_hints();
     // T <= kQStreamTokens: phase 3 waits for the qr rows alone (kQrReadyWord), no barrier 1.
