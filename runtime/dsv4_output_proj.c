@@ -128,19 +128,40 @@ mla_status mla__dsv4_output_proj_b_build(const mla__spec *spec, char *name_expr,
     return build(spec, "output_proj_b_kernel", OP_BN_B, name_expr, size, launch);
 }
 
-static unsigned smem_stream_a(long long G, int nt) {
-    if (nt >= 4)
-        return (unsigned)stream_smem(OP_W_BN, nt, OP_W_KS, w_stages(nt, w_sf_row_a(G)),
-                                     w_sf_row_a(G), 1);
-    return (unsigned)stream_smem(OP_S_BN_A, nt, OP_S_KS_A, stream_stages_a(nt), OP_COLS / G / 32,
-                                 0);
+/* The geometry of a stream kind, one place for the kind builder and the launch (mirrors
+ * output_proj.cu's StreamCfgA / StreamCfgB): W rows per CTA (bn), K columns per stage (ks),
+ * stages, the A scale table's row (sf_row) and whether the wgmma-rows consumer keeps its float
+ * copy (ftable), and the K slices per W block. NT 1 / 2 (T <= 16): 64- / 32-row blocks, one
+ * slice (all K); NT 4 / 8 (16 < T <= 64): 128-row blocks in K slices of whole stages. */
+typedef struct stream_geom {
+    int bn, ks, stages, ftable, slices;
+    long long sf_row;
+} stream_geom;
+
+static stream_geom stream_geom_a(long long G, int nt) {
+    stream_geom g;
+    if (nt >= 4) {
+        g.bn = OP_W_BN, g.ks = OP_W_KS, g.sf_row = w_sf_row_a(G);
+        g.stages = w_stages(nt, g.sf_row), g.ftable = 1, g.slices = w_slices_a(OP_COLS / G);
+    } else {
+        g.bn = OP_S_BN_A, g.ks = OP_S_KS_A, g.sf_row = OP_COLS / G / 32;
+        g.stages = stream_stages_a(nt), g.ftable = 0, g.slices = 1;
+    }
+    return g;
 }
-static unsigned smem_stream_b(long long H, int nt) {
-    if (nt >= 4)
-        return (unsigned)stream_smem(OP_W_BN, nt, OP_W_KS, w_stages(nt, w_sf_row_b(H)),
-                                     w_sf_row_b(H), 1);
-    return (unsigned)stream_smem(OP_S_BN_B, nt, stream_ks_b(nt), stream_stages_b(nt), 2 * H / 32,
-                                 0);
+static stream_geom stream_geom_b(long long H, int nt) {
+    stream_geom g;
+    if (nt >= 4) {
+        g.bn = OP_W_BN, g.ks = OP_W_KS, g.sf_row = w_sf_row_b(H);
+        g.stages = w_stages(nt, g.sf_row), g.ftable = 1, g.slices = OP_W_SLICES_B;
+    } else {
+        g.bn = OP_S_BN_B, g.ks = stream_ks_b(nt), g.sf_row = 2 * H / 32;
+        g.stages = stream_stages_b(nt), g.ftable = 0, g.slices = 1;
+    }
+    return g;
+}
+static unsigned geom_smem(stream_geom g, int nt) {
+    return (unsigned)stream_smem(g.bn, nt, g.ks, g.stages, g.sf_row, g.ftable);
 }
 
 /* The stream kinds: params (H, G, NT), NT in {1, 2, 4, 8} (b: 0 kernel A, 1 kernel B, 2 both
@@ -168,9 +189,9 @@ static mla_status build_stream(const mla__spec *spec, int b, char *name_expr, si
     MLA_RETURN_ERROR_IF(n < 0 || (size_t)n >= size, MLA_ERR_INTERNAL,
                         "%s: name expression buffer of %zu bytes too small", spec->kernel, size);
     launch->threads = OP_S_THREADS;
-    launch->dynamic_smem = b == 0   ? smem_stream_a(G, (int)nt)
-                           : b == 1 ? smem_stream_b(H, (int)nt)
-                                    : smem_stream_a(G, (int)nt) + smem_stream_b(H, (int)nt);
+    const unsigned sa = geom_smem(stream_geom_a(G, (int)nt), (int)nt);
+    const unsigned sb = geom_smem(stream_geom_b(H, (int)nt), (int)nt);
+    launch->dynamic_smem = b == 0 ? sa : b == 1 ? sb : sa + sb;
     launch->cluster = 1;
     return MLA_OK;
 }
@@ -424,25 +445,20 @@ static mla_status launch_stream(mla_runtime *rt, const op_shape *sh, op_args_a *
                                 CUstream stream) {
     const mla__kernel *ka = NULL, *kb = NULL;
     int nt = stream_nt(sh->T);
-    /* T <= 16: 64- / 32-row blocks, one slice (all K); 16 < T <= 64: 128-row blocks in K slices
-     * (whole stages: K-steps of 256 columns). */
-    int wide = nt >= 4;
-    int bn_a = wide ? OP_W_BN : OP_S_BN_A, bn_b = wide ? OP_W_BN : OP_S_BN_B;
-    int ks_a = wide ? OP_W_KS : OP_S_KS_A, ks_b = wide ? OP_W_KS : stream_ks_b(nt);
-    int slices_a = wide ? w_slices_a(sh->K) : 1, slices_b = wide ? OP_W_SLICES_B : 1;
+    const stream_geom ga = stream_geom_a(sh->G, nt), gb = stream_geom_b(sh->H, nt);
     mla__dsv4_maps ma, mb;
-    MLA_FORWARD_IF_ERROR(mla__dsv4_stream_maps(rt, &ma, A->wo_a, sh->K, 2 * sh->H, sh->K, bn_a,
+    MLA_FORWARD_IF_ERROR(mla__dsv4_stream_maps(rt, &ma, A->wo_a, sh->K, 2 * sh->H, sh->K, ga.bn,
                                                A->act_q, OP_COLS, sh->T, OP_COLS, 8 * nt,
-                                               A->wo_a_sf, ks_a / 128));
+                                               A->wo_a_sf, ga.ks / 128));
     MLA_FORWARD_IF_ERROR(mla__dsv4_stream_maps(rt, &mb, B->wo_b, 2 * sh->H, sh->H, 2 * sh->H,
-                                               bn_b, B->o_lora_q, 2 * sh->H, sh->T, 2 * sh->H,
-                                               8 * nt, B->wo_b_sf, ks_b / 128));
-    A->kslices = slices_a, A->slice_steps = sh->K / 128 / slices_a;
-    B->slice_steps = 2 * sh->H / 128 / slices_b;
+                                               gb.bn, B->o_lora_q, 2 * sh->H, sh->T, 2 * sh->H,
+                                               8 * nt, B->wo_b_sf, gb.ks / 128));
+    A->kslices = ga.slices, A->slice_steps = sh->K / 128 / ga.slices;
+    B->slice_steps = 2 * sh->H / 128 / gb.slices;
     /* One CTA per W block of wo_a (and slice); they quantize the units themselves (n_qtiles
      * unused). */
-    unsigned a_items = (unsigned)(2 * sh->H / bn_a);
-    if (slices_a == 1 && use_fused(rt, a_items)) {
+    unsigned a_items = (unsigned)(2 * sh->H / ga.bn);
+    if (ga.slices == 1 && use_fused(rt, a_items)) {
         const mla__kernel *k = NULL;
         MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_stream", sh, nt, &k));
         B->pf_a_steps = rt->dsv4_outproj == 4 || rt->dsv4_outproj == 5 ? 0 : OP_PF_ALL;
@@ -455,9 +471,9 @@ static mla_status launch_stream(mla_runtime *rt, const op_shape *sh, op_args_a *
     MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_b_stream", sh, nt, &kb));
     void *args_a[] = {A, &ma};
     MLA_FORWARD_IF_ERROR(
-        mla__launch_pdl(rt, ka, a_items, (unsigned)slices_a, 1, stream, args_a));
+        mla__launch_pdl(rt, ka, a_items, (unsigned)ga.slices, 1, stream, args_a));
     void *args_b[] = {B, &mb};
-    return mla__launch_pdl(rt, kb, (unsigned)(sh->H / bn_b), (unsigned)slices_b, 1, stream,
+    return mla__launch_pdl(rt, kb, (unsigned)(sh->H / gb.bn), (unsigned)gb.slices, 1, stream,
                            args_b);
 }
 
