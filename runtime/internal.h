@@ -457,11 +457,13 @@ mla_status mla__dsv4_check_workspace(const mla_runtime *rt, const DLTensor *ws, 
  * §2.4) and applies the sink. Unsplit tokens' O (normalized with the sink) is written to q_or_x
  * as bf16. */
 static inline int mla__dsv4_split(int T) { return T <= MLA__DSV4_KV_SPLIT_TOKENS; }
-/* The parts per token (0: unsplit). Each phase-4 work item is (token, 16 heads, part): the table
- * keeps T * 4 * S near the SM count (132 on the H200) with parts of about one 64-row tile: SWA
- * (<= 128 window rows) 2 parts; HCA (128 + c128_attn_len rows, 640 in the bench) 16 parts at
- * T <= 2, 8 at T <= 4, 4 at T <= 8, 2 at T <= 16. $MLAJIT_DSV4_KV_SPLITS (rt->dsv4_kv_splits)
- * fixes S instead (comparisons). */
+/* The parts per token (0: unsplit). Each phase-4 work item is (token, 16 or 32 heads, part): the
+ * table keeps the items near the SM count (132 on the H200): SWA (<= 128 window rows, 16-head
+ * items) 2 parts; HCA (128 + c128_attn_len rows, 128 + 640 in the bench) 16-head items in 16
+ * parts at T <= 2, 8 at T <= 4, 4 at T <= 8, and at 8 < T <= 16 32-head items (attention.cu's
+ * kWideHcaSplitT) in 4 parts (twice the 16-head table's 2: each dequantized tile shared by twice
+ * the heads; T * 2 * 4 = 128 items at T 16). $MLAJIT_DSV4_KV_SPLITS (rt->dsv4_kv_splits) fixes S
+ * instead (comparisons). */
 static inline int mla__dsv4_kv_splits(const mla_runtime *rt, int T, int hca) {
     if (!mla__dsv4_split(T)) return 0;
     if (rt != NULL && rt->dsv4_kv_splits > 0) {
@@ -470,7 +472,7 @@ static inline int mla__dsv4_kv_splits(const mla_runtime *rt, int T, int hca) {
         return s;
     }
     if (!hca) return 2;
-    return T <= 2 ? 16 : (T <= 4 ? 8 : (T <= 8 ? 4 : 2));
+    return T <= 2 ? 16 : (T <= 4 ? 8 : 4);
 }
 
 /* Token-parts of the part_o / part_lse regions for launches of up to max_tokens tokens. */

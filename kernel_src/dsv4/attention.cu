@@ -953,9 +953,14 @@ constexpr int kLd = kHeadDim + 8;           // bf16 per row of sQ and sKV (1040 
 constexpr int kSLd = kRows + 4;             // fp32 per row of sS
 constexpr int kPLd = kRows + 8;             // bf16 per row of sP (144 B)
 constexpr int kRawBytes = kRows * (kRowBytes + kSlotBytes);
-// Heads per work item: 16 (one MMA M tile) in split launches (p.split > 0: T <= 16, where the
-// parts give the parallelism), 32 (two M tiles sharing each dequantized tile) in unsplit ones,
-// where 16-head items made two or more waves that each dequantized the same rows.
+// Heads per work item: 32 (two M tiles sharing each dequantized tile) in unsplit launches, where
+// 16-head items made two or more waves that each dequantized the same rows, and in HCA split
+// launches of 8 < T <= 16 (kWideHcaSplitT), where the runtime doubles the parts per token
+// instead (mla__dsv4_kv_splits), so that an item has half the rows of a 16-head one (HCA T 16:
+// 3 tiles of 32 heads a CTA instead of 6 of 16, measured 96.7 -> 94.4 us); 16 (one MMA M tile)
+// in SWA split launches (at most 128 rows: the parts give the parallelism; 32-head items with 4
+// parts measured 3.5..4.7 us slower at T 4 / 16) and HCA ones of T <= 8 (at T 4, 32-head items
+// in 16 parts of one tile measured 77.3 -> 80.6 us against 16-head ones in 8 parts of two).
 template <int kHG>
 struct Layout {
     static_assert(kHG == 16 || kHG == 32, "16 or 32 heads per item");
@@ -975,8 +980,12 @@ constexpr int kSmemBytes = Layout<32>::kSmemBytes > Layout<16>::kSmemBytes
                                ? Layout<32>::kSmemBytes : Layout<16>::kSmemBytes;
 }  // namespace attn
 
-// The launch's phase-4 head group (the rule above): 32 heads unless the launch splits its rows.
-__device__ __forceinline__ bool wide_items(const Params &p) { return !p.split; }
+// The launch's phase-4 head group (the rule above).
+constexpr int kWideHcaSplitT = 8;   // HCA split launches of more tokens: 32-head items
+template <bool kHca>
+__device__ __forceinline__ bool wide_items(const Params &p) {
+    return !p.split || (kHca && p.T > kWideHcaSplitT);
+}
 
 // Work items of a launch with kHG heads per item.
 template <int kHG>
@@ -1295,7 +1304,7 @@ __device__ void phase_attention_hg(const Params &p, unsigned char *smem) {
 
 template <int kPage, bool kHca>
 __device__ void phase_attention(const Params &p, unsigned char *smem) {
-    if (wide_items(p)) phase_attention_hg<kPage, kHca, 32>(p, smem);
+    if (wide_items<kHca>(p)) phase_attention_hg<kPage, kHca, 32>(p, smem);
     else phase_attention_hg<kPage, kHca, 16>(p, smem);
     trace::mark0(trace::kP4Done);
 }
@@ -1322,7 +1331,7 @@ __device__ void prefetch_kv_rows_hg(const Params &p, int tid, int n) {
 template <int kPage, bool kHca>
 __device__ void prefetch_kv_rows(const Params &p, int tid, int n) {
     if (p.T > kBM) return;
-    if (wide_items(p)) prefetch_kv_rows_hg<kPage, kHca, 32>(p, tid, n);
+    if (wide_items<kHca>(p)) prefetch_kv_rows_hg<kPage, kHca, 32>(p, tid, n);
     else prefetch_kv_rows_hg<kPage, kHca, 16>(p, tid, n);
 }
 
