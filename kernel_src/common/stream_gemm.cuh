@@ -82,6 +82,17 @@ __host__ __device__ constexpr int resolve_math(int m, int bn) {
                                  : kMathMmaSync);
 }
 
+// PickConfig<c, A, B>::type: A if c, else B (one of two configurations by a compile-time rule;
+// NVRTC's headers have no std::conditional).
+template <bool kFirst, class A, class B>
+struct PickConfig {
+    using type = A;
+};
+template <class A, class B>
+struct PickConfig<false, A, B> {
+    using type = B;
+};
+
 template <int kBN_, int kNT_, int kKS_, int kStages_, int kWR_, int kSfRow_,
           int kConsumerWarps_ = 8, bool kMulti_ = false, int kMath_ = kMathAuto,
           bool kWEvictFirst_ = false>

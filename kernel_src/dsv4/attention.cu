@@ -424,14 +424,6 @@ __device__ __forceinline__ unsigned p1_halves(int T) {
 template <int kH, int kNT>
 using CfgP1 = sgemm::Config<kP1BN, kNT, 128, 8, kNT >= 4 ? 4 : 2, kH / 32, 4, false,
                             sgemm::kMathAuto, kL2EvictFirst>;  // codes
-template <bool kFirst, class A, class B>
-struct PickCfg {
-    using type = A;
-};
-template <class A, class B>
-struct PickCfg<false, A, B> {
-    using type = B;
-};
 template <int kH>
 using CfgP1W = sgemm::Config<kP1BN, 8, 128, 8, 4, kH / 32, 4, false, sgemm::kMathWgmmaRows,
                              kL2EvictFirst>;  // 64 tokens, one pass (p1_one_pass)
@@ -606,7 +598,7 @@ __device__ bool phase_projections_stream(const Params &p, const P1Maps &maps,
     // [wq_a; wkv]: one pass (kNT <= 4, or 64 tokens on CfgP1W) or two halves of 32 tokens
     constexpr bool kOne = kNT == 8 && p1_one_pass<kH, kHca>();
     constexpr int kHalves = kNT == 8 && !kOne ? 2 : 1, kQNT = kNT == 8 && !kOne ? 4 : kNT;
-    using CfgQ = typename PickCfg<kOne, CfgP1W<kH>, CfgP1<kH, kQNT>>::type;
+    using CfgQ = typename sgemm::PickConfig<kOne, CfgP1W<kH>, CfgP1<kH, kQNT>>::type;
     constexpr int kQSteps = kH / 128;                                // CfgP1: 128 columns a step
     constexpr int kGSteps = 2 * kH / CfgP1Gate<kNT>::kKS;            // 256 bytes = 128 columns
     static_assert(CfgQ::kSmemBytes <= kSmemBudget && CfgP1Gate<kNT>::kSmemBytes <= kSmemBudget,

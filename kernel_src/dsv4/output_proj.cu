@@ -428,16 +428,8 @@ constexpr int stream_stages_w() {
     static_assert(n >= 2, "two stages fit");
     return n > 4 ? 4 : n;
 }
-template <bool kFirst, class A, class B>
-struct Pick {
-    using type = A;
-};
-template <class A, class B>
-struct Pick<false, A, B> {
-    using type = B;
-};
 template <int kH, int kG, int kNT>
-using StreamCfgA = typename Pick<(kNT >= 4),
+using StreamCfgA = typename sgemm::PickConfig<(kNT >= 4),
                        sgemm::Config<kStreamBnW, kNT, kStreamKsW,
                                      stream_stages_w<kNT, Shape<kH, kG>::kK / 32 /
                                                               stream_slices_a<Shape<kH, kG>::kK>()>(),
@@ -448,7 +440,7 @@ using StreamCfgA = typename Pick<(kNT >= 4),
                                      Shape<kH, kG>::kK / 32, 8, false, sgemm::kMathAuto,
                                      kWEvictFirst>>::type;
 template <int kH, int kNT>
-using StreamCfgB = typename Pick<(kNT >= 4),
+using StreamCfgB = typename sgemm::PickConfig<(kNT >= 4),
                        sgemm::Config<kStreamBnW, kNT, kStreamKsW,
                                      stream_stages_w<kNT, 2 * kH / 32 / kStreamSlicesB>(), 8,
                                      2 * kH / 32 / kStreamSlicesB, 8, false,
