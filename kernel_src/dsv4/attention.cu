@@ -438,10 +438,10 @@ static_assert(CfgP1<128, 2>::kThreads <= kThreads && CfgP1Gate<2>::kThreads <= k
 // stage); gate_w = wkv_gate bytes {2 H, 1024} box {128, 64}, gate_x = x bytes {2 H, T} box
 // {128, 8 kNT}, kNT = 1, 2, 4, 8 for T <= 8, 16, 32, 64. Zeroed and unused when
 // T > kP1StreamTokens.
-// T > 32 with H <= kP1OnePassMaxH: qa / kv boxes of 64 token rows (one pass, CfgP1W); with a
-// larger H [wq_a; wkv] runs in two token halves of 32 (kNT 4: the mma.sync kNT 8 consumer does
-// not fit the kernel's registers), qa / kv for tokens 0..31 and qa2 / kv2 (A from x code row 32
-// on) for the rest (zeroed and unused otherwise).
+// T > 32 on HCA layers with H <= kP1OnePassMaxH (p1_one_pass): qa / kv boxes of 64 token rows
+// (one pass, CfgP1W); otherwise [wq_a; wkv] runs in two token halves of 32 (kNT 4: the mma.sync
+// kNT 8 consumer does not fit the kernel's registers), qa / kv for tokens 0..31 and qa2 / kv2 (A
+// from x code row 32 on) for the rest (zeroed and unused in the one pass).
 struct alignas(64) P1Maps {
     sgemm::Maps qa, kv;
     sgemm::TmaMap gate_w, gate_x;
