@@ -71,6 +71,7 @@
 #include "common/gemm.cuh"
 #include "common/pdl.cuh"
 #include "common/stream_gemm.cuh"
+#include "dsv4/trace.cuh"
 
 namespace mla {
 namespace dsv4 {
@@ -659,6 +660,7 @@ __global__ void __launch_bounds__(oproj::StreamCfgA<kH, kG, kNT>::kThreads)
     extern __shared__ __align__(128) unsigned char smem[];
     require_smem<Cfg::kSmemBytes>();
     pdl::launch_dependents();
+    trace::op_begin();
     const int n0 = (int)blockIdx.x * Cfg::kBN, g = n0 / S::kR;
     // K slices (grid y) only in the 32- / 64-token kinds (16 < T <= 64; the runtime launches NT 1 /
     // 2 at T <= 16 with one slice), so that the T <= 16 kinds keep their code.
@@ -673,8 +675,13 @@ __global__ void __launch_bounds__(oproj::StreamCfgA<kH, kG, kNT>::kThreads)
     op.a_col0 = g * S::kK + kr.k0, op.maps = &maps;
     if (kr.len / 32 > Cfg::kSfRow) __trap();   // the slice's scales fit the table (runtime's split)
     sgemm::run<Cfg>(
-        op, n0, smem, [&] { wait_units(a); },
+        op, n0, smem,
+        [&] {
+            wait_units(a);
+            trace::op_mark(trace::kOpReady);
+        },
         [&](const float *D, int T) {
+            trace::op_mark(trace::kOpEpi);
             if constexpr (kSplit)
                 if (gridDim.y > 1 &&
                     !stream_split_reduce<Cfg>(const_cast<float *>(D), T, a.part, n0, S::kN,
@@ -684,8 +691,11 @@ __global__ void __launch_bounds__(oproj::StreamCfgA<kH, kG, kNT>::kThreads)
         },
         [&] {
             pdl::wait();   // the previous kernel (mla_attention) complete and visible
+            trace::op_mark(trace::kOpWait);
             quantize_share<Cfg>(a);
+            trace::op_mark(trace::kOpQuant);
         });
+    trace::op_finish("OPA", (int)a.T);
 }
 
 // Kernel B for T <= 16: one CTA per 32 rows of wo_b (grid kH / 32), PDL-chained; its W copies
@@ -708,7 +718,12 @@ __global__ void __launch_bounds__(oproj::StreamCfgB<kH, kNT>::kThreads)
     op.w_k0 = kr.k0, op.k_len = kr.len, op.T = (int)b.T;
     op.a_col0 = kr.k0, op.maps = &maps;
     if (kr.len / 32 > Cfg::kSfRow) __trap();   // the slice's scales fit the table (runtime's split)
-    sgemm::run<Cfg>(op, n0, smem, [] { pdl::wait(); }, [&](const float *D, int T) {
+    trace::op_begin();
+    sgemm::run<Cfg>(op, n0, smem, [] {
+        pdl::wait();
+        trace::op_mark(trace::kOpReady);
+    }, [&](const float *D, int T) {
+        trace::op_mark(trace::kOpEpi);
         if (blockIdx.x == 0 && (!kSplit || blockIdx.y == 0))  // after the wait: A is complete
             for (long long i = threadIdx.x; i < b.bank_words; i += Cfg::kConsumers) b.bank[i] = 0u;
         if constexpr (kSplit)
@@ -721,6 +736,7 @@ __global__ void __launch_bounds__(oproj::StreamCfgB<kH, kNT>::kThreads)
             b.out[(long long)t * kH + n0 + r] = __float2bfloat16_rn(D[r * Cfg::kDPitch + t]);
         }
     });
+    trace::op_finish("OPB", (int)b.T);
 }
 
 }  // namespace dsv4

@@ -1,13 +1,16 @@
-// Phase trace of the DSV4 attention kernel (a timing diagnostic, compiled out by default).
+// Phase trace of the DSV4 kernels (a timing diagnostic, compiled out by default): the attention
+// kernel and mla_output_proj's stream kernels (T <= 64).
 //
 // With MLA_DSV4_TRACE 1 (edit this line in a copy of kernel_src/ and point MLAJIT_KERNEL_DIR at
 // it; the library's embedded sources keep 0) thread 0 of every CTA records %globaltimer at the
 // kernel's events into a per-module table, and the last CTA to leave prints one line for
 // launches 3..6 of each token count T (T <= 64, then one shared counter), on stdout:
-//   PROF T=.. hca=.. | cta0: event durations since the previous event of CTA 0 |
+//   TAG T=.. hca=.. launch .. t0 .. | cta0: event durations since the previous event of CTA 0 |
 //   max: the latest CTA's time of each event since the earliest CTA's start (µs)
-// An event a CTA does not reach (no items) is left out of its max. Nothing else changes: with
-// 0 every call below is empty and the kernel's code is the untraced one.
+// TAG: PROF (attention), OPA / OPB (out-proj kernels A / B); t0: the earliest CTA's start in
+// %globaltimer µs, so that the lines of one launch's kernels can be put on one time line. An
+// event a CTA does not reach (no items) is left out of its max. Nothing else changes: with 0
+// every call below is empty and the kernels' code is the untraced one.
 #pragma once
 
 #ifndef MLA_DSV4_TRACE
@@ -18,14 +21,20 @@ namespace mla {
 namespace dsv4 {
 namespace trace {
 
+// The attention kernel's events (finish).
 enum Event {
     kStart, kXQuant, kP1Ready, kP1Epi, kP1Done, kPrefetch, kB0, kP2Done, kP3Ready, kP3Epi,
     kP3Done, kB2, kP4Q, kP4Kv, kP4Tile, kP4First, kP4Done, kEnd, kEvents
 };
+// The out-proj stream kernels' events (op_finish; kernel B has no kOpQuant): the consumers past
+// griddepcontrol.wait, their quantize share done (kernel A), A ready (kernel A: every unit
+// quantized; B: kernel A complete), the epilogue, the end.
+enum OpEvent { kOpStart, kOpWait, kOpQuant, kOpReady, kOpEpi, kOpEnd, kOpEvents };
 
 #if MLA_DSV4_TRACE
 constexpr int kMaxCtas = 256;
-__device__ unsigned long long g_t[kMaxCtas][kEvents];
+constexpr int kSlots = kEvents > kOpEvents ? kEvents : kOpEvents;
+__device__ unsigned long long g_t[kMaxCtas][kSlots];
 __device__ unsigned g_exit;
 __device__ unsigned g_count[66];
 __shared__ unsigned s_seen;                     // events recorded by mark_first (thread 0 only)
@@ -40,7 +49,7 @@ __device__ __forceinline__ unsigned long long now() {
 // record of the launch wins (events inside loops: the first phase-1 / 3 / 4 item); mark0: thread 0.
 __device__ __forceinline__ void begin() {
     if (threadIdx.x == 0 && blockIdx.x < kMaxCtas)
-        for (int e = 0; e < kEvents; ++e) g_t[blockIdx.x][e] = 0ull;
+        for (int e = 0; e < kSlots; ++e) g_t[blockIdx.x][e] = 0ull;
     if (threadIdx.x == 0 && blockIdx.x < kMaxCtas) g_t[blockIdx.x][kStart] = now();
     if (threadIdx.x == 0) s_seen = 0u;
 }
@@ -58,37 +67,36 @@ __device__ __forceinline__ void mark0(int e) {
     if (threadIdx.x == 0) mark(e);
 }
 
-// Every CTA, once, at its very end (after its last global access).
-__device__ __forceinline__ void finish(int T, int hca) {
-    __syncthreads();
-    if (threadIdx.x != 0) return;
-    mark(kEnd);
+// Thread 0 of a CTA that has recorded its end: true for the grid's last one, which then prints
+// launches 3..6 of this T.
+__device__ __forceinline__ bool last_to_leave(int T, unsigned *launch) {
     __threadfence();
-    const unsigned n = gridDim.x < kMaxCtas ? gridDim.x : kMaxCtas;
-    if (atomicAdd(&g_exit, 1u) != gridDim.x - 1u) return;
+    if (atomicAdd(&g_exit, 1u) != gridDim.x * gridDim.y - 1u) return false;
     g_exit = 0u;
     __threadfence();
-    const unsigned launch = atomicAdd(&g_count[T <= 64 ? T : 65], 1u);
-    if (launch < 3 || launch > 6) return;
-    static const char *const names[kEvents] = {"start", "xq", "p1rdy", "p1epi", "p1done",
-                                               "pf", "b0", "p2", "p3rdy", "p3epi", "p3done",
-                                               "b2", "p4q", "p4kv", "p4tile", "p4first", "p4done",
-                                               "end"};
+    *launch = atomicAdd(&g_count[T <= 64 ? T : 65], 1u);
+    return *launch >= 3 && *launch <= 6;
+}
+
+// The line described at the top (the CTAs of grid row blockIdx.y 0 only: kMaxCtas slots).
+__device__ void report(const char *tag, int T, int hca, unsigned launch,
+                       const char *const *names, int n_events) {
+    const unsigned n = gridDim.x < kMaxCtas ? gridDim.x : kMaxCtas;
     unsigned long long t0 = ~0ull;
     for (unsigned c = 0; c < n; ++c) {
-        const unsigned long long s = *(volatile unsigned long long *)&g_t[c][kStart];
+        const unsigned long long s = *(volatile unsigned long long *)&g_t[c][0];
         if (s && s < t0) t0 = s;
     }
-    printf("PROF T=%d hca=%d launch %u | cta0:", T, hca, launch);
-    unsigned long long prev = g_t[0][kStart];
-    for (int e = 1; e < kEvents; ++e) {
+    printf("%s T=%d hca=%d launch %u t0 %.1f | cta0:", tag, T, hca, launch, (double)t0 * 1e-3);
+    unsigned long long prev = g_t[0][0];
+    for (int e = 1; e < n_events; ++e) {
         const unsigned long long v = *(volatile unsigned long long *)&g_t[0][e];
         if (!v) continue;
         printf(" %s %.1f", names[e], (double)(v - prev) * 1e-3);
         prev = v;
     }
     printf(" | max:");
-    for (int e = 0; e < kEvents; ++e) {
+    for (int e = 0; e < n_events; ++e) {
         unsigned long long mx = 0ull, sum = 0ull;
         unsigned cnt = 0u;
         for (unsigned c = 0; c < n; ++c) {
@@ -102,12 +110,46 @@ __device__ __forceinline__ void finish(int T, int hca) {
     }
     printf("\n");
 }
+
+// The attention kernel: every CTA, once, at its very end (after its last global access).
+__device__ __forceinline__ void finish(int T, int hca) {
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    mark(kEnd);
+    unsigned launch = 0u;
+    if (!last_to_leave(T, &launch)) return;
+    static const char *const names[kEvents] = {"start", "xq", "p1rdy", "p1epi", "p1done",
+                                               "pf", "b0", "p2", "p3rdy", "p3epi", "p3done",
+                                               "b2", "p4q", "p4kv", "p4tile", "p4first", "p4done",
+                                               "end"};
+    report("PROF", T, hca, launch, names, kEvents);
+}
+
+// The out-proj stream kernels: thread 0 (a consumer) after its CTA's epilogue (tag "OPA" or
+// "OPB"). Only CTAs of grid row blockIdx.y 0 record (the K slices of 16 < T <= 64 share slots).
+__device__ __forceinline__ void op_begin() {
+    if (blockIdx.y == 0) begin();
+}
+__device__ __forceinline__ void op_mark(int e) {
+    if (threadIdx.x == 0 && blockIdx.y == 0) mark(e);
+}
+__device__ __forceinline__ void op_finish(const char *tag, int T) {
+    if (threadIdx.x != 0) return;
+    if (blockIdx.y == 0) mark(kOpEnd);
+    unsigned launch = 0u;
+    if (!last_to_leave(T, &launch)) return;
+    static const char *const names[kOpEvents] = {"start", "wait", "quant", "ready", "epi", "end"};
+    report(tag, T, 0, launch, names, kOpEvents);
+}
 #else
 __device__ __forceinline__ void begin() {}
 __device__ __forceinline__ void mark(int) {}
 __device__ __forceinline__ void mark_first(int) {}
 __device__ __forceinline__ void mark0(int) {}
 __device__ __forceinline__ void finish(int, int) {}
+__device__ __forceinline__ void op_begin() {}
+__device__ __forceinline__ void op_mark(int) {}
+__device__ __forceinline__ void op_finish(const char *, int) {}
 #endif
 
 }  // namespace trace
