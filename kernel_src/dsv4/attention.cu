@@ -1225,7 +1225,7 @@ __device__ void store_output(const Params &p, const Item &it, const float *sm, c
         }
 }
 
-constexpr bool kLateDependents = true;
+constexpr bool kLateDependents = true;   // false: dependents allowed at the kernel's start
 
 template <int kPage, bool kHca, int kHG>
 __device__ void attention_item(const Params &p, const Item &it, unsigned char *smem) {
