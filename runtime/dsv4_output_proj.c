@@ -3,9 +3,11 @@
  * "dsv4_output_proj_stream", params H, G, NT) and the launches (kernel_src/dsv4/output_proj.cu).
  *
  * Graph-capturable, by T (defaults; MLAJIT_DSV4_OUTPROJ selects the others for comparisons):
- *   T <= 16: the stream kernels A (its consumers first wait for the attention, its PDL primary,
+ *   T <= 8: the stream kernels A (its consumers first wait for the attention, its PDL primary,
  *     then quantize their share of O) and B (a programmatic dependent of A); "fused": both in one
- *     launch where the grid fits the SMs (measured no faster, request dsv4o/3: off by default);
+ *     launch (use_fused);
+ *   8 < T <= 16: both in one launch (dsv4_output_proj_stream) where the grid fits the SMs and the
+ *     rings one CTA, else the two kernels; "split": the two kernels;
  *   16 < T <= 64: the stream kernels A and B with K slices, both programmatic dependents;
  *   T > 64: the tiled kernels A (combine + inverse RoPE + group-32 quant of O, then the grouped
  *     wo_a GEMM with mxq(o_lora) in its epilogue) behind a cuMemsetD8Async of the bank, and B.
@@ -44,6 +46,7 @@
  * sgemm::Config<bn, NT, ks, stages, ., sf_row> (StreamCfgA / StreamCfgB of output_proj.cu). */
 #define OP_S_TOKENS 16
 #define OP_S_THREADS 288
+#define OP_S_THREADS_A 160 /* kernel A at T <= 8: one consumer warpgroup + the producer */
 #define OP_S_BN_A 64
 #define OP_S_BN_B 32
 #define OP_S_KS_A 256
@@ -131,10 +134,14 @@ mla_status mla__dsv4_output_proj_b_build(const mla__spec *spec, char *name_expr,
 /* The geometry of a stream kind, one place for the kind builder and the launch (mirrors
  * output_proj.cu's StreamCfgA / StreamCfgB): W rows per CTA (bn), K columns per stage (ks),
  * stages, the A scale table's row (sf_row) and whether the wgmma-rows consumer keeps its float
- * copy (ftable), and the K slices per W block. NT 1 / 2 (T <= 16): 64- / 32-row blocks, one
- * slice (all K); NT 4 / 8 (16 < T <= 64): 128-row blocks in K slices of whole stages. */
+ * copy (ftable), the K slices per W block and the block's threads (consumer warps + the
+ * producer warp). NT 1 / 2 (T <= 16): 64- / 32-row blocks, one slice (all K), kernel A at NT 1
+ * on the wgmma-rows consumer (one consumer warpgroup, the float scale table), at NT 2 on
+ * mma.sync, B on mma.sync (8 consumer warps); NT 4 / 8 (16 <
+ * T <= 64): 128-row blocks in K slices of whole stages, both on the wgmma-rows consumer (two
+ * consumer warpgroups). */
 typedef struct stream_geom {
-    int bn, ks, stages, ftable, slices;
+    int bn, ks, stages, ftable, slices, threads;
     long long sf_row;
 } stream_geom;
 
@@ -143,9 +150,11 @@ static stream_geom stream_geom_a(long long G, int nt) {
     if (nt >= 4) {
         g.bn = OP_W_BN, g.ks = OP_W_KS, g.sf_row = w_sf_row_a(G);
         g.stages = w_stages(nt, g.sf_row), g.ftable = 1, g.slices = w_slices_a(OP_COLS / G);
+        g.threads = OP_S_THREADS;
     } else {
         g.bn = OP_S_BN_A, g.ks = OP_S_KS_A, g.sf_row = OP_COLS / G / 32;
-        g.stages = stream_stages_a(nt), g.ftable = 0, g.slices = 1;
+        g.stages = stream_stages_a(nt), g.ftable = nt == 1, g.slices = 1;
+        g.threads = nt == 1 ? OP_S_THREADS_A : OP_S_THREADS;
     }
     return g;
 }
@@ -158,6 +167,7 @@ static stream_geom stream_geom_b(long long H, int nt) {
         g.bn = OP_S_BN_B, g.ks = stream_ks_b(nt), g.sf_row = 2 * H / 32;
         g.stages = stream_stages_b(nt), g.ftable = 0, g.slices = 1;
     }
+    g.threads = OP_S_THREADS;
     return g;
 }
 static unsigned geom_smem(stream_geom g, int nt) {
@@ -188,9 +198,12 @@ static mla_status build_stream(const mla__spec *spec, int b, char *name_expr, si
     int n = snprintf(name_expr, size, "mla::dsv4::%s<%lld, %lld, %lld>", entries[b], H, G, nt);
     MLA_RETURN_ERROR_IF(n < 0 || (size_t)n >= size, MLA_ERR_INTERNAL,
                         "%s: name expression buffer of %zu bytes too small", spec->kernel, size);
-    launch->threads = OP_S_THREADS;
-    const unsigned sa = geom_smem(stream_geom_a(G, (int)nt), (int)nt);
-    const unsigned sb = geom_smem(stream_geom_b(H, (int)nt), (int)nt);
+    const stream_geom ga = stream_geom_a(G, (int)nt), gb = stream_geom_b(H, (int)nt);
+    const unsigned sa = geom_smem(ga, (int)nt), sb = geom_smem(gb, (int)nt);
+    /* the one launch: the larger consumer count, then the producer warp (fused_threads) */
+    launch->threads = b == 0 ? ga.threads : b == 1 ? gb.threads
+                                                   : (ga.threads > gb.threads ? ga.threads
+                                                                              : gb.threads);
     launch->dynamic_smem = b == 0 ? sa : b == 1 ? sb : sa + sb;
     launch->cluster = 1;
     return MLA_OK;
@@ -412,19 +425,32 @@ static mla_status get_kernel(mla_runtime *rt, const char *kind, const op_shape *
     return mla__get_kernel(rt, &spec, k);
 }
 
-/* T <= 16: kernels A and B as one launch (dsv4_output_proj_stream) when MLAJIT_DSV4_OUTPROJ is
- * "fused", "fused-pfb" or "fused-nopf" (OP_FUSED_DEFAULT 0: measured no faster than the two
- * kernels, docs/perf-notes.md seventh session) and the grid fits the SMs at one CTA per SM (its CTAs wait for every CTA's o_lora
- * block, so all must be resident at once). */
-#define OP_FUSED_DEFAULT 0
-/* Its L2 prefetches, in K-steps after each ring's (clamped to the block's): of wo_a at the start,
- * of wo_b once wo_a is issued. "fused": every step of both blocks; "fused-pfb": 6 wo_b steps
- * (request dsv4o/1's "fused"); "fused-nopf": none. */
-#define OP_PF_ALL (1 << 20)
-static int use_fused(const mla_runtime *rt, unsigned ctas) {
+/* T <= 16: kernels A and B as one launch (dsv4_output_proj_stream) by default at 8 < T <= 16
+ * (NT 2; OP_FUSED_DEFAULT_NT, without its L2 prefetches: measured SWA T 16 75.2 -> 70.6 us, HCA
+ * 94.2 -> 89.1, docs/perf-notes.md fourteenth session; at T <= 8 the two kernels, with kernel A
+ * on the wgmma-rows consumer, were faster: SWA T1 61.7 against 62.6) unless MLAJIT_DSV4_OUTPROJ
+ * is "split", and at any T <= 16 when it is "fused", "fused-pfb" or "fused-nopf"; only where
+ * the grid fits the SMs at one CTA per SM (its CTAs wait for every CTA's o_lora block, so all
+ * must be resident at once) and both rings fit one CTA's shared memory (at small H / G the
+ * scale tables are larger: then the two kernels). */
+#define OP_FUSED_DEFAULT_NT 2
+static int use_fused(const mla_runtime *rt, unsigned ctas, int nt, unsigned smem) {
     int v = rt->dsv4_outproj;
-    int want = v == 2 || v == 4 || v == 5 || v == 6 || v == 8 || (OP_FUSED_DEFAULT && v != 1);
-    return want && rt->sm_count > 0 && ctas <= (unsigned)rt->sm_count;
+    int asked = v == 2 || v == 4 || v == 5 || v == 6 || v == 8;
+    int want = asked || (v != 1 && nt == OP_FUSED_DEFAULT_NT);
+    return want && rt->sm_count > 0 && ctas <= (unsigned)rt->sm_count &&
+           smem <= OP_W_SMEM_LIMIT;
+}
+/* Its L2 prefetches, in K-steps after each ring's (clamped to the block's): of wo_a at the start,
+ * of wo_b once wo_a is issued. "fused" (and "fused,pdl", "fused,stream64"): every step of both
+ * blocks; "fused-pfb": 6 wo_b steps (request dsv4o/1's "fused"); "fused-nopf" and the default:
+ * none. */
+#define OP_PF_ALL (1 << 20)
+static void fused_prefetch(const mla_runtime *rt, op_args_b *B) {
+    int v = rt->dsv4_outproj;
+    int all = v == 2 || v == 6 || v == 8;
+    B->pf_a_steps = all ? OP_PF_ALL : 0;
+    B->pf_b_steps = all ? OP_PF_ALL : (v == 5 ? 6 : 0);
 }
 
 /* 16 < T <= 64 on the stream kernels with K slices per W block (OP_W_*: partials and the
@@ -458,11 +484,10 @@ static mla_status launch_stream(mla_runtime *rt, const op_shape *sh, op_args_a *
     /* One CTA per W block of wo_a (and slice); they quantize the units themselves (n_qtiles
      * unused). */
     unsigned a_items = (unsigned)(2 * sh->H / ga.bn);
-    if (ga.slices == 1 && use_fused(rt, a_items)) {
+    if (ga.slices == 1 && use_fused(rt, a_items, nt, geom_smem(ga, nt) + geom_smem(gb, nt))) {
         const mla__kernel *k = NULL;
         MLA_FORWARD_IF_ERROR(get_kernel(rt, "dsv4_output_proj_stream", sh, nt, &k));
-        B->pf_a_steps = rt->dsv4_outproj == 4 || rt->dsv4_outproj == 5 ? 0 : OP_PF_ALL;
-        B->pf_b_steps = rt->dsv4_outproj == 4 ? 0 : (rt->dsv4_outproj == 5 ? 6 : OP_PF_ALL);
+        fused_prefetch(rt, B);
         mla__log(rt, MLA_LOG_DEBUG, "mla_output_proj: T %d, kernels A and B in one launch", sh->T);
         void *args[] = {A, B, &ma, &mb};
         return mla__launch_pdl(rt, k, a_items, 1, 1, stream, args);

@@ -360,7 +360,7 @@ ParameterizedTest(multi_case *mc, dsv4_layer_gpu, shared_workspace, .timeout = 9
 
 /* ---- mla_output_proj's paths (MLAJIT_DSV4_OUTPROJ) -------------------------------------------- */
 
-/* One layer through the out-proj path of env (NULL: the defaults), checked against the reference
+/* One layer through the out-proj path of env ("": the defaults), checked against the reference
  * like the layer test, with the kernel kind that must have run (want) and one that must not
  * (not); with cmp set, the same inputs again through path cmp, whose q_or_x, out and caches must
  * be bit-identical (identical) or within TOL_SAME. */
@@ -384,6 +384,14 @@ static path_case path_cases[] = {
      "stream64", "", "dsv4_output_proj_b_stream", "dsv4_output_proj_b", 0},
     {"hca H4096 T40 B256 ring+1 fire sink pad, tiled", KN(1, 4096, 8, 40, 0, 0, 256, RING, 1, 1, 0, 1, 1, 0, 64),
      "split", "", "dsv4_output_proj_b", "dsv4_output_proj_b_stream", 0},
+    /* the defaults (env ""): one launch at 8 < T <= 16, the two kernels at T <= 8 */
+    {"swa H4096 T13 B128 ring+1, default one launch", KN(0, 4096, 8, 13, 0, 0, 128, RING, 1, 0, 0, 0, 0, 0, 0),
+     "", "split", "dsv4_output_proj_stream", "dsv4_output_proj_a_stream", 1},
+    {"hca H4096 T3 B128 lin+1 fire sink, default two kernels", KN(1, 4096, 8, 3, 0, 0, 128, LIN, 1, 1, 0, 0, 1, 0, 64),
+     "", "fused", "dsv4_output_proj_a_stream", "dsv4_output_proj_stream", 1},
+    /* both rings do not fit one CTA (the scale tables of G 2): the two kernels even when asked */
+    {"swa H512 G2 T7 B256 ring+1 pad, one launch too large", KN(0, 512, 2, 7, 0, 0, 256, RING, 1, 0, 1, 1, 0, 1, 0),
+     "fused", "", "dsv4_output_proj_a_stream", "dsv4_output_proj_stream", 0},
 };
 
 ParameterizedTestParameters(dsv4_layer_gpu, outproj_paths) {
@@ -406,7 +414,7 @@ static void run_once(mla_runtime *rt, const char *name, const mlt_dsv4_case *c, 
 ParameterizedTest(path_case *pc, dsv4_layer_gpu, outproj_paths, .timeout = 900) {
     if (!case_selected(pc->name)) cr_skip_test("not in $MLT_DSV4_CASES");
     mla_runtime *rt = NULL, *rt2 = NULL;
-    int ok = mlt_gpu_runtime_env("MLAJIT_DSV4_OUTPROJ", pc->env, &rt);
+    int ok = mlt_gpu_runtime_env("MLAJIT_DSV4_OUTPROJ", pc->env[0] ? pc->env : NULL, &rt);
     cr_assert(ok >= 0, "%s: setting MLAJIT_DSV4_OUTPROJ=%s failed", pc->name, pc->env);
     if (!ok) cr_skip_test("no CUDA device");
     uint64_t seed = mlt_seed();

@@ -398,8 +398,13 @@ __device__ __forceinline__ void zero_bank(unsigned int *bank, long long words) {
 // wo_b, H / 32 blocks) over its K range exactly once: the whole K at T <= 16 (grid y 1: no
 // partials), at 16 < T <= 64 one of gridDim.y K slices (fp32 partials in part, the last slice's
 // sum, stream_split_reduce). At T <= 16 the runtime can launch both GEMMs as one kernel
-// (output_proj_stream_kernel, below; MLAJIT_DSV4_OUTPROJ=fused) where the grid fits the SMs. The shared-memory sizes are
-// mirrored in runtime/dsv4_output_proj.c (OP_S_*).
+// (output_proj_stream_kernel, below: its default at 8 < T <= 16, MLAJIT_DSV4_OUTPROJ=fused at
+// any T <= 16) where the grid fits the SMs and both rings one CTA. Kernel A at T <= 8 (kNT 1)
+// runs on the wgmma-rows consumer (one consumer warpgroup for its 64-row block; sm_100a:
+// mma.sync, a warp per 16 rows), at 8 < T <= 16 on mma.sync (8 consumer warps; the wgmma-rows
+// consumer there measured SWA T 16 75.2 -> 77.2 us in the layer, fourteenth session of
+// docs/perf-notes.md, against T1 63.6 -> 61.7). The shared-memory sizes are mirrored in
+// runtime/dsv4_output_proj.c (OP_S_*).
 constexpr int kStreamBnA = 64, kStreamBnB = 32;
 // wo_a / wo_b copies with an L2 evict_first policy: 64 MB read once per call would otherwise
 // push the next layer's attention code and data out of L2 (helper dsv4a measured SWA T1
@@ -437,8 +442,10 @@ using StreamCfgA = typename sgemm::PickConfig<(kNT >= 4),
                                      8, Shape<kH, kG>::kK / 32 / stream_slices_a<Shape<kH, kG>::kK>(),
                                      8, false,
                                      sgemm::kMathWgmmaRows, kWEvictFirst>,
-                       sgemm::Config<kStreamBnA, kNT, 256, stream_stages_a<kNT>(), 1,
-                                     Shape<kH, kG>::kK / 32, 8, false, sgemm::kMathAuto,
+                       sgemm::Config<kStreamBnA, kNT, 256, stream_stages_a<kNT>(),
+                                     kNT == 1 ? 4 : 1, Shape<kH, kG>::kK / 32, kNT == 1 ? 4 : 8,
+                                     false,
+                                     kNT == 1 ? sgemm::kMathWgmmaRows : sgemm::kMathAuto,
                                      kWEvictFirst>>::type;
 template <int kH, int kNT>
 using StreamCfgB = typename sgemm::PickConfig<(kNT >= 4),
@@ -449,6 +456,15 @@ using StreamCfgB = typename sgemm::PickConfig<(kNT >= 4),
                        sgemm::Config<kStreamBnB, kNT, stream_ks_b<kNT>(), stream_stages_b<kNT>(),
                                      kNT <= 2 ? 1 : 2, 2 * kH / 32, 8, false, sgemm::kMathAuto,
                                      kWEvictFirst>>::type;
+
+// The one-launch kernel's block: the larger of the two GEMMs' consumer threads, then the producer
+// warp (runtime/dsv4_output_proj.c: stream_geom's threads).
+template <int kH, int kG, int kNT>
+__host__ __device__ constexpr int fused_threads() {
+    return (StreamCfgA<kH, kG, kNT>::kConsumers > StreamCfgB<kH, kNT>::kConsumers
+                ? StreamCfgA<kH, kG, kNT>::kConsumers
+                : StreamCfgB<kH, kNT>::kConsumers) + 32;
+}
 
 // The quantize work of kernel A's stream GEMM CTAs (their consumer prologue: the producer warp
 // streams wo_a meanwhile). The CTA's kConsumers threads claim items of kW * per units (per
@@ -762,7 +778,7 @@ namespace dsv4 {
 // kernels above. maps_a: W = wo_a, A = act_q, sf = wo_a_sf; maps_b: W = wo_b, A = o_lora_q,
 // sf = wo_b_sf. Results are bit-identical to the two kernels'.
 template <int kH, int kG, int kNT>
-__global__ void __launch_bounds__(oproj::StreamCfgA<kH, kG, kNT>::kThreads)
+__global__ void __launch_bounds__(oproj::fused_threads<kH, kG, kNT>())
     output_proj_stream_kernel(const oproj::ArgsA a, const oproj::ArgsB b,
                               const __grid_constant__ sgemm::Maps maps_a,
                               const __grid_constant__ sgemm::Maps maps_b) {
@@ -770,8 +786,11 @@ __global__ void __launch_bounds__(oproj::StreamCfgA<kH, kG, kNT>::kThreads)
     using S = Shape<kH, kG>;
     using CA = StreamCfgA<kH, kG, kNT>;
     using CB = StreamCfgB<kH, kNT>;
-    static_assert(CA::kThreads == CB::kThreads && CA::kConsumers == CB::kConsumers,
-                  "one block for both GEMMs");
+    // Consumer threads [0, kC): kernel A's part runs on the first CA::kConsumers (kNT 1: one
+    // warpgroup on the wgmma-rows consumer), kernel B's on the first CB::kConsumers; the warp
+    // after them produces both rings.
+    constexpr int kC = fused_threads<kH, kG, kNT>() - 32;
+    static_assert(kC >= CA::kConsumers && kC >= CB::kConsumers, "one block for both GEMMs");
     static_assert(2 * kH / CA::kBN == kH / CB::kBN, "one wo_a block and one wo_b block per CTA");
     extern __shared__ __align__(128) unsigned char smem[];
     require_smem<CA::kSmemBytes + CB::kSmemBytes>();
@@ -800,8 +819,7 @@ __global__ void __launch_bounds__(oproj::StreamCfgA<kH, kG, kNT>::kThreads)
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
-    if (tid >= CA::kConsumers + 32) return;
-    if (tid >= CA::kConsumers) {                        // the producer warp
+    if (tid >= kC) {                                    // the producer warp
         const sgemm::Producer<CA, decltype(tile_a)> pa(oa, 1, tile_a, sma);
         const sgemm::Producer<CB, decltype(tile_b)> pb(ob, 1, tile_b, smb);
         pa.start();
@@ -816,12 +834,17 @@ __global__ void __launch_bounds__(oproj::StreamCfgA<kH, kG, kNT>::kThreads)
         return;
     }
     pdl::wait();                       // the previous kernel (mla_attention) complete and visible
-    quantize_share<CA>(a);
-    sgemm::consume_tiles<CA>(oa, 1, tile_a, sma, [&] { wait_units(a); },
-                             [&](int, int, const float *D, int) {
-                                 store_o_lora_stream<CA>(a, D, na, S::kN);
-                             });
-    named_barrier_sync(1, CA::kConsumers);              // every o_lora store of the CTA issued
+    if (tid < CA::kConsumers) {
+        quantize_share<CA>(a);
+        sgemm::consume_tiles<CA>(oa, 1, tile_a, sma, [&] { wait_units(a); },
+                                 [&](int, int, const float *D, int) {
+                                     store_o_lora_stream<CA>(a, D, na, S::kN);
+                                 });
+    }
+    // Every o_lora store of the CTA issued (barrier 2: kernel A's part uses barrier 1 with its
+    // own thread count, which the other consumers must not join).
+    named_barrier_sync(2, kC);
+    if (tid >= CB::kConsumers) return;
     if (tid == 0) {
         __threadfence();
         atomicAdd(b.bank + kOLoraWord, 1u);
@@ -836,7 +859,7 @@ __global__ void __launch_bounds__(oproj::StreamCfgA<kH, kG, kNT>::kThreads)
                              });
     // Every copy has landed and every wait is done (the producer's too: the consumers waited for
     // every stage it filled after its last bank read).
-    named_barrier_sync(1, CA::kConsumers);
+    named_barrier_sync(1, CB::kConsumers);
     if (tid == 0) {
         sgemm::inval_ring<CA>(sma);
         sgemm::inval_ring<CB>(smb);
