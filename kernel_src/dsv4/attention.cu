@@ -1360,7 +1360,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(
     // KV loads are issued (CTAs without items by leaving), so that kernel A's weight copies do
     // not queue in front of those loads.
     if (!kLateDependents) pdl::launch_dependents();
-    trace::begin();
+    trace::begin(p.T);
     auto hints = [&](int tid, int n) {
         prefetch_kv_rows<kPage, kHca != 0>(p, tid, n);
         prefetch_q_weights(p, tid, n);

@@ -676,7 +676,7 @@ __global__ void __launch_bounds__(oproj::StreamCfgA<kH, kG, kNT>::kThreads)
     extern __shared__ __align__(128) unsigned char smem[];
     require_smem<Cfg::kSmemBytes>();
     pdl::launch_dependents();
-    trace::op_begin();
+    trace::op_begin((int)a.T);
     const int n0 = (int)blockIdx.x * Cfg::kBN, g = n0 / S::kR;
     // K slices (grid y) only in the 32- / 64-token kinds (16 < T <= 64; the runtime launches NT 1 /
     // 2 at T <= 16 with one slice), so that the T <= 16 kinds keep their code.
@@ -734,7 +734,7 @@ __global__ void __launch_bounds__(oproj::StreamCfgB<kH, kNT>::kThreads)
     op.w_k0 = kr.k0, op.k_len = kr.len, op.T = (int)b.T;
     op.a_col0 = kr.k0, op.maps = &maps;
     if (kr.len / 32 > Cfg::kSfRow) __trap();   // the slice's scales fit the table (runtime's split)
-    trace::op_begin();
+    trace::op_begin((int)b.T);
     sgemm::run<Cfg>(op, n0, smem, [] {
         pdl::wait();
         trace::op_mark(trace::kOpReady);

@@ -3,8 +3,12 @@
 //
 // With MLA_DSV4_TRACE 1 (edit this line in a copy of kernel_src/ and point MLAJIT_KERNEL_DIR at
 // it; the library's embedded sources keep 0) thread 0 of every CTA records %globaltimer at the
-// kernel's events into a per-module table, and the last CTA to leave prints one line for
-// launches 3..6 of each token count T (T <= 64, then one shared counter), on stdout:
+// kernel's events into a per-module table in the even launches of each token count T (T <= 64,
+// then one shared counter), and the last CTA to leave the next (odd) launch of the same kernel
+// prints the table of launches 4, 6, 8, 10, one line each, on stdout. So no printf delays a
+// recorded launch or the kernels that wait for it (the attention's print used to hold its
+// completion, and with it kernel A's griddepcontrol.wait, for ~1 ms); the printing launches are
+// not recorded. The line:
 //   TAG T=.. hca=.. launch .. t0 .. | cta0: event durations since the previous event of CTA 0 |
 //   max: the latest CTA's time of each event since the earliest CTA's start (µs)
 // TAG: PROF (attention), OPA / OPB (out-proj kernels A / B); t0: the earliest CTA's start in
@@ -38,6 +42,9 @@ __device__ unsigned long long g_t[kMaxCtas][kSlots];
 __device__ unsigned g_exit;
 __device__ unsigned g_count[66];
 __shared__ unsigned s_seen;                     // events recorded by mark_first (thread 0 only)
+__shared__ unsigned s_rec;                      // this launch records (thread 0 only)
+
+__device__ __forceinline__ int count_slot(int T) { return T <= 64 ? T : 65; }
 
 __device__ __forceinline__ unsigned long long now() {
     unsigned long long t;
@@ -45,20 +52,24 @@ __device__ __forceinline__ unsigned long long now() {
     return t;
 }
 
-// mark: the event's time (the caller picks one thread); mark_first (thread 0 only): the first
-// record of the launch wins (events inside loops: the first phase-1 / 3 / 4 item); mark0: thread 0.
-__device__ __forceinline__ void begin() {
-    if (threadIdx.x == 0 && blockIdx.x < kMaxCtas)
-        for (int e = 0; e < kSlots; ++e) g_t[blockIdx.x][e] = 0ull;
-    if (threadIdx.x == 0 && blockIdx.x < kMaxCtas) g_t[blockIdx.x][kStart] = now();
-    if (threadIdx.x == 0) s_seen = 0u;
+// Every mark is thread 0's. mark: the event's time; mark_first: the first record of the launch
+// wins (events inside loops: the first phase-1 / 3 / 4 item); mark0: thread 0. begin: whether
+// this launch records (an even count: the launches of this T are serialized, so every CTA reads
+// the same count), and if so its start.
+__device__ __forceinline__ void begin(int T) {
+    if (threadIdx.x != 0) return;
+    s_seen = 0u;
+    s_rec = (*(volatile unsigned *)&g_count[count_slot(T)] & 1u) == 0u;
+    if (!s_rec || blockIdx.x >= kMaxCtas) return;
+    for (int e = 0; e < kSlots; ++e) g_t[blockIdx.x][e] = 0ull;
+    g_t[blockIdx.x][kStart] = now();
 }
 __device__ __forceinline__ void mark(int e) {
-    if (blockIdx.x < kMaxCtas) g_t[blockIdx.x][e] = now();
+    if (s_rec && blockIdx.x < kMaxCtas) g_t[blockIdx.x][e] = now();
 }
-// Thread 0 only (a shared flag word, so that no global load sits on the traced path).
+// A shared flag word, so that no global load sits on the traced path.
 __device__ __forceinline__ void mark_first(int e) {
-    if (blockIdx.x < kMaxCtas && !(s_seen & (1u << e))) {
+    if (s_rec && blockIdx.x < kMaxCtas && !(s_seen & (1u << e))) {
         s_seen |= 1u << e;
         g_t[blockIdx.x][e] = now();
     }
@@ -67,15 +78,16 @@ __device__ __forceinline__ void mark0(int e) {
     if (threadIdx.x == 0) mark(e);
 }
 
-// Thread 0 of a CTA that has recorded its end: true for the grid's last one, which then prints
-// launches 3..6 of this T.
+// Thread 0 of a CTA at its end: true for the grid's last one in launches 5, 7, 9, 11 of this T,
+// which then prints the table launch *launch (the one before it) recorded.
 __device__ __forceinline__ bool last_to_leave(int T, unsigned *launch) {
     __threadfence();
     if (atomicAdd(&g_exit, 1u) != gridDim.x * gridDim.y - 1u) return false;
     g_exit = 0u;
     __threadfence();
-    *launch = atomicAdd(&g_count[T <= 64 ? T : 65], 1u);
-    return *launch >= 3 && *launch <= 6;
+    const unsigned k = atomicAdd(&g_count[count_slot(T)], 1u);
+    *launch = k - 1u;
+    return (k & 1u) && k >= 5u && k <= 11u;
 }
 
 // The line described at the top (the CTAs of grid row blockIdx.y 0 only: kMaxCtas slots).
@@ -127,8 +139,8 @@ __device__ __forceinline__ void finish(int T, int hca) {
 
 // The out-proj stream kernels: thread 0 (a consumer) after its CTA's epilogue (tag "OPA" or
 // "OPB"). Only CTAs of grid row blockIdx.y 0 record (the K slices of 16 < T <= 64 share slots).
-__device__ __forceinline__ void op_begin() {
-    if (blockIdx.y == 0) begin();
+__device__ __forceinline__ void op_begin(int T) {
+    if (blockIdx.y == 0) begin(T);
 }
 __device__ __forceinline__ void op_mark(int e) {
     if (threadIdx.x == 0 && blockIdx.y == 0) mark(e);
@@ -142,12 +154,12 @@ __device__ __forceinline__ void op_finish(const char *tag, int T) {
     report(tag, T, 0, launch, names, kOpEvents);
 }
 #else
-__device__ __forceinline__ void begin() {}
+__device__ __forceinline__ void begin(int) {}
 __device__ __forceinline__ void mark(int) {}
 __device__ __forceinline__ void mark_first(int) {}
 __device__ __forceinline__ void mark0(int) {}
 __device__ __forceinline__ void finish(int, int) {}
-__device__ __forceinline__ void op_begin() {}
+__device__ __forceinline__ void op_begin(int) {}
 __device__ __forceinline__ void op_mark(int) {}
 __device__ __forceinline__ void op_finish(const char *, int) {}
 #endif
