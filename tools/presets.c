@@ -36,6 +36,8 @@ static const char *const dsv4_flash[] = {
     "{\"kernel\": \"dsv4_output_proj_b_stream\", \"H\": 4096, \"G\": 8, \"NT\": 2}",
     "{\"kernel\": \"dsv4_output_proj_b_stream\", \"H\": 4096, \"G\": 8, \"NT\": 4}",
     "{\"kernel\": \"dsv4_output_proj_b_stream\", \"H\": 4096, \"G\": 8, \"NT\": 8}",
+    /* the one launch: mla_output_proj's default at 8 < T <= 16 (NT 2) */
+    "{\"kernel\": \"dsv4_output_proj_stream\", \"H\": 4096, \"G\": 8, \"NT\": 2}",
     NULL,
 };
 
