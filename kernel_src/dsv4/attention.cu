@@ -1265,10 +1265,13 @@ __device__ void attention_item(const Params &p, const Item &it, unsigned char *s
         if (threadIdx.x == 0) trace::mark_first(trace::kP4Kv);
         dequant_kv_tile(raw + (k & 1) * kRawBytes, skv);
         __syncthreads();
+        if (threadIdx.x == 0) trace::mark_first(trace::kP4Deq);
         qk_scores<kMT>(sq, skv, ss, min(kRows, it.end - it.begin - k * kRows), scale2);
         __syncthreads();
+        if (threadIdx.x == 0) trace::mark_first(trace::kP4Qk);
         softmax_tile<kMT>(ss, sp, corr, m, l);
         __syncthreads();
+        if (threadIdx.x == 0) trace::mark_first(trace::kP4Sm);
         pv_accumulate<kMT>(sp, skv, corr, o);
         if (threadIdx.x == 0) trace::mark_first(trace::kP4Tile);
     }

@@ -207,30 +207,72 @@ __device__ __forceinline__ bool split_reduce(gemm::Accum<Cfg> &acc, float *part,
 
 // This lane's 16 dims of O[t, h] from the split partials (§2.4 combine, sink of A16): a.split
 // parts per token (<= kMaxSplits); lane s holds part s's LSE and weight, every lane of the warp
-// calls it.
+// calls it. kWide (the T <= 8 stream kinds, where S reaches 16 and the combine is on the layer's
+// critical path): the parts' values are loaded kCombineBatch at a time before any is added, the
+// first batch before the weights (which wait for part_lse), so that 16 parts cost two L2 round
+// trips instead of a round trip per 4 parts after the LSE's (128 more registers, which only the
+// 1-token-tile kinds have to spare). Either way the parts are added in order s = 0, 1, ... (an
+// empty part, weight 0, is not added), so both give the same bits.
+constexpr int kCombineBatch = 8;
+template <bool kWide>
 __device__ __forceinline__ void combine_partials(const ArgsA &a, long long t, int h, int lane,
                                                  float (&v)[16]) {
 #pragma unroll
     for (int i = 0; i < 16; ++i) v[i] = 0.f;
     const int S = (int)a.split;
     const float lse = lane < S ? a.part_lse[(t * S + lane) * kHeads + h] : neg_inf();
-    const float m = group_max<32>(lse);
-    if (m == neg_inf()) return;                              // every part empty: O = 0
-    const float w = lse == neg_inf() ? 0.f : expf(lse - m);
-    const float sum = group_sum<32>(w);
-    float norm = 1.f / sum;
-    if (a.sink != nullptr) norm /= 1.f + expf(a.sink[h] - (m + logf(sum)));
-#pragma unroll 4
-    for (int s = 0; s < S; ++s) {
-        const float ws = __shfl_sync(0xffffffffu, w, s) * norm;
-        if (ws == 0.f) continue;                             // empty part: not read
-        const float4 *p = reinterpret_cast<const float4 *>(
-            a.part_o + ((t * S + s) * kHeads + h) * kHeadDim + 16 * lane);
+    if constexpr (kWide) {
+        const float4 *base = reinterpret_cast<const float4 *>(
+            a.part_o + (t * S * kHeads + h) * kHeadDim + 16 * lane);
+        constexpr long long kPartStride = (long long)kHeads * kHeadDim / 4;  // float4s a part
+        float4 f[kCombineBatch][4];
+        const auto load = [&](int s0) {
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            const float4 f = p[q];
-            v[4 * q] += ws * f.x, v[4 * q + 1] += ws * f.y;
-            v[4 * q + 2] += ws * f.z, v[4 * q + 3] += ws * f.w;
+            for (int j = 0; j < kCombineBatch; ++j)
+                if (s0 + j < S)
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) f[j][q] = base[(s0 + j) * kPartStride + q];
+        };
+        load(0);
+        const float m = group_max<32>(lse);
+        if (m == neg_inf()) return;                          // every part empty: O = 0
+        const float w = lse == neg_inf() ? 0.f : expf(lse - m);
+        const float sum = group_sum<32>(w);
+        float norm = 1.f / sum;
+        if (a.sink != nullptr) norm /= 1.f + expf(a.sink[h] - (m + logf(sum)));
+        for (int s0 = 0; s0 < S; s0 += kCombineBatch) {
+            if (s0 > 0) load(s0);
+#pragma unroll
+            for (int j = 0; j < kCombineBatch; ++j) {
+                if (s0 + j >= S) break;
+                const float ws = __shfl_sync(0xffffffffu, w, s0 + j) * norm;
+                if (ws == 0.f) continue;                     // empty part: not added
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    v[4 * q] += ws * f[j][q].x, v[4 * q + 1] += ws * f[j][q].y;
+                    v[4 * q + 2] += ws * f[j][q].z, v[4 * q + 3] += ws * f[j][q].w;
+                }
+            }
+        }
+    } else {
+        const float m = group_max<32>(lse);
+        if (m == neg_inf()) return;                          // every part empty: O = 0
+        const float w = lse == neg_inf() ? 0.f : expf(lse - m);
+        const float sum = group_sum<32>(w);
+        float norm = 1.f / sum;
+        if (a.sink != nullptr) norm /= 1.f + expf(a.sink[h] - (m + logf(sum)));
+#pragma unroll 4
+        for (int s = 0; s < S; ++s) {
+            const float ws = __shfl_sync(0xffffffffu, w, s) * norm;
+            if (ws == 0.f) continue;                         // empty part: not read
+            const float4 *p = reinterpret_cast<const float4 *>(
+                a.part_o + ((t * S + s) * kHeads + h) * kHeadDim + 16 * lane);
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const float4 f = p[q];
+                v[4 * q] += ws * f.x, v[4 * q + 1] += ws * f.y;
+                v[4 * q + 2] += ws * f.z, v[4 * q + 3] += ws * f.w;
+            }
         }
     }
 }
@@ -269,13 +311,15 @@ __device__ __forceinline__ void inverse_rope(const ArgsA &a, long long t, int la
     }
 }
 
-// One unit (t, h) by one warp: O -> rope^-1 -> bf16 -> mxq -> act_q, act_sf.
+// One unit (t, h) by one warp: O -> rope^-1 -> bf16 -> mxq -> act_q, act_sf (kWide:
+// combine_partials').
+template <bool kWide = false>
 __device__ __forceinline__ void quantize_unit(const ArgsA &a, long long u, int lane) {
     const long long t = u / kHeads;
     const int h = (int)(u % kHeads);
     float v[16];
     if (a.split)
-        combine_partials(a, t, h, lane, v);
+        combine_partials<kWide>(a, t, h, lane, v);
     else
         load_o(a, t, h, lane, v);
     inverse_rope(a, t, lane, v);
@@ -468,7 +512,8 @@ __host__ __device__ constexpr int fused_threads() {
 
 // The quantize work of kernel A's stream GEMM CTAs (their consumer prologue: the producer warp
 // streams wo_a meanwhile). The CTA's kConsumers threads claim items of kW * per units (per
-// units a consumer warp) from the ticket counter (bank word 16) until none are left, so that
+// units a consumer warp) from the ticket counter (bank word 16) until none are left (or once,
+// where the grid's first claims cover every unit), so that
 // every unit is taken by a running CTA that finishes it without waiting (no deadlock, whatever
 // the residency), then add the units they did to ready[0] (word 32: one m-tile). The T <= 16
 // kinds (kNT 1, 2) take one unit a warp per claim; the 32- / 64-token kinds per = ceil(units /
@@ -499,9 +544,13 @@ __device__ __forceinline__ void quantize_share(const ArgsA &a) {
                 if (u < units) quantize_unit(a, u, lane);
             }
         } else {
-            if (u0 + warp < units) quantize_unit(a, u0 + warp, lane);
+            if (u0 + warp < units) quantize_unit<Cfg::kNT == 1>(a, u0 + warp, lane);
         }
         done += (unsigned int)(units - u0 < kW * per ? units - u0 : kW * per);
+        // Every CTA claims once, so when the grid's first claims cover every unit no claim is
+        // left to make: the second one (a contended atomic round trip on the way to the ready
+        // count) only returned "none" (T <= 16: 64 T units, 128 CTAs of 4 or 8 warps).
+        if (units <= (long long)gridDim.x * gridDim.y * kW * per) break;
     }
     if (threadIdx.x == 0 && done > 0) {                     // the barrier above ordered the writes
         __threadfence();

@@ -28,7 +28,7 @@ namespace trace {
 // The attention kernel's events (finish).
 enum Event {
     kStart, kXQuant, kP1Ready, kP1Epi, kP1Done, kPrefetch, kB0, kP2Done, kP3Ready, kP3Epi,
-    kP3Done, kB2, kP4Q, kP4Kv, kP4Tile, kP4First, kP4Done, kEnd, kEvents
+    kP3Done, kB2, kP4Q, kP4Kv, kP4Deq, kP4Qk, kP4Sm, kP4Tile, kP4First, kP4Done, kEnd, kEvents
 };
 // The out-proj stream kernels' events (op_finish; kernel B has no kOpQuant): the consumers past
 // griddepcontrol.wait, their quantize share done (kernel A), A ready (kernel A: every unit
@@ -132,7 +132,7 @@ __device__ __forceinline__ void finish(int T, int hca) {
     if (!last_to_leave(T, &launch)) return;
     static const char *const names[kEvents] = {"start", "xq", "p1rdy", "p1epi", "p1done",
                                                "pf", "b0", "p2", "p3rdy", "p3epi", "p3done",
-                                               "b2", "p4q", "p4kv", "p4tile", "p4first", "p4done",
+                                               "b2", "p4q", "p4kv", "p4deq", "p4qk", "p4sm", "p4tile", "p4first", "p4done",
                                                "end"};
     report("PROF", T, hca, launch, names, kEvents);
 }
