@@ -105,8 +105,7 @@ static unsigned rnd() { static unsigned long long x = 88172645463325252ull; x ^=
 static unsigned char rb() { unsigned b; do b = rnd() & 0xff; while ((b & 0x7f) == 0x7f); return (unsigned char)b; }
 
 template <class Cfg, bool kMultiK = false, int kSplit = 1>
-static void run_case(const char *name, int N, int K, int T, int pf = 0) {
-    const int nbuf = 4;
+static void run_case(const char *name, int N, int K, int T, int pf = 0, int nbuf = 4) {
     size_t wbytes = (size_t)N * K, sfbytes = (size_t)(N / 128) * ((K / 32 + 3) / 4) * 512;
     std::vector<unsigned char> w(wbytes), wsf(sfbytes), a((size_t)T * K), asf((size_t)T * K / 32);
     for (auto &x : w) x = rb();
@@ -245,5 +244,32 @@ int main(int argc, char **argv) {
     CASE((run_case<Config<64, 1, 256, 5, 4, 256, 4, false, kMathWgmmaRows, true>>("B wgr 4w nt1 st5 (64 CTAs)", 4096, 8192, 1)));
     CASE((run_case<Config<32, 2, 512, 4, 1, 256, 8, false, kMathAuto, true>>("B lib nt2 ks512 st4", 4096, 8192, 16)));
     CASE((run_case<Config<64, 2, 512, 4, 4, 128, 4, false, kMathWgmmaRows, true>, false, 2>("B wgr 4w nt2 ks512 st4 split2", 4096, 8192, 16)));
+    // Resident cases (46..): one W copy of 8 MB (N 2048 or 1024), read again by every launch, so
+    // L2 feeds the ring and the time is the consumers' (32 CTAs of 16 or 32 stages each; the
+    // K 8192 / K 16384 rows minus the K 4096 / 8192 ones: 16 stages of consumer time).
+    CASE((run_case<Config<64, 1, 256, 5, 4, 128, 4, false, kMathWgmmaRows, true>>("res A wgr nt1 K4k", 2048, 4096, 1, 0, 1)));
+    CASE((run_case<Config<64, 1, 256, 5, 4, 256, 4, false, kMathWgmmaRows, true>>("res A wgr nt1 K8k", 2048, 8192, 1, 0, 1)));
+    CASE((run_case<Config<64, 1, 256, 5, 4, 128, 4, false, kMathNone, true>>("res A none nt1 K4k", 2048, 4096, 1, 0, 1)));
+    CASE((run_case<Config<64, 1, 256, 5, 4, 256, 4, false, kMathNone, true>>("res A none nt1 K8k", 2048, 8192, 1, 0, 1)));
+    CASE((run_case<Config<64, 1, 256, 5, 1, 128, 8, false, kMathMmaSync, true>>("res A mma 8w nt1 K4k", 2048, 4096, 1, 0, 1)));
+    CASE((run_case<Config<64, 1, 256, 5, 1, 256, 8, false, kMathMmaSync, true>>("res A mma 8w nt1 K8k", 2048, 8192, 1, 0, 1)));
+    CASE((run_case<Config<32, 1, 512, 5, 1, 256, 8, false, kMathAuto, true>>("res B lib nt1 K8k", 1024, 8192, 1, 0, 1)));
+    CASE((run_case<Config<32, 1, 512, 5, 1, 512, 8, false, kMathAuto, true>>("res B lib nt1 K16k", 1024, 16384, 1, 0, 1)));
+    CASE((run_case<Config<32, 1, 512, 5, 1, 256, 8, false, kMathNone, true>>("res B none nt1 K8k", 1024, 8192, 1, 0, 1)));
+    CASE((run_case<Config<32, 1, 512, 5, 1, 512, 8, false, kMathNone, true>>("res B none nt1 K16k", 1024, 16384, 1, 0, 1)));
+    // (56..) consumer variants, resident: A with 512-byte stages, A on two warpgroups splitting
+    // each stage's groups (kMathWgmma), B with 16 consumer warps, the no-math pipeline 8 deep
+    CASE((run_case<Config<64, 1, 512, 3, 4, 128, 4, false, kMathWgmmaRows, true>>("res A wgr ks512 st3 K4k", 2048, 4096, 1, 0, 1)));
+    CASE((run_case<Config<64, 1, 512, 3, 4, 256, 4, false, kMathWgmmaRows, true>>("res A wgr ks512 st3 K8k", 2048, 8192, 1, 0, 1)));
+    CASE((run_case<Config<64, 1, 256, 5, 1, 128, 8, false, kMathWgmma, true>>("res A wg 2wg K4k", 2048, 4096, 1, 0, 1)));
+    CASE((run_case<Config<64, 1, 256, 5, 1, 256, 8, false, kMathWgmma, true>>("res A wg 2wg K8k", 2048, 8192, 1, 0, 1)));
+    CASE((run_case<Config<32, 1, 512, 5, 1, 256, 16, false, kMathMmaSync, true>>("res B mma 16w K8k", 1024, 8192, 1, 0, 1)));
+    CASE((run_case<Config<32, 1, 512, 5, 1, 512, 16, false, kMathMmaSync, true>>("res B mma 16w K16k", 1024, 16384, 1, 0, 1)));
+    CASE((run_case<Config<64, 1, 256, 8, 4, 128, 4, false, kMathNone, true>>("res A none st8 K4k", 2048, 4096, 1, 0, 1)));
+    CASE((run_case<Config<64, 1, 256, 8, 4, 256, 4, false, kMathNone, true>>("res A none st8 K8k", 2048, 8192, 1, 0, 1)));
+    CASE((run_case<Config<64, 1, 256, 8, 4, 128, 4, false, kMathWgmmaRows, true>>("res A wgr st8 K4k", 2048, 4096, 1, 0, 1)));
+    CASE((run_case<Config<64, 1, 256, 8, 4, 256, 4, false, kMathWgmmaRows, true>>("res A wgr st8 K8k", 2048, 8192, 1, 0, 1)));
+    CASE((run_case<Config<64, 1, 256, 5, 4, 128, 4, false, kMathWgmmaRows, false>>("res A wgr noEF K4k", 2048, 4096, 1, 0, 1)));
+    CASE((run_case<Config<64, 1, 256, 5, 4, 256, 4, false, kMathWgmmaRows, false>>("res A wgr noEF K8k", 2048, 8192, 1, 0, 1)));
     return 0;
 }
