@@ -126,11 +126,11 @@ static void encode(CUtensorMap *m, const Probe &pr, void *w, CUtensorMapL2promot
 
 int main(int argc, char **argv) {
     const int grid = argc > 1 ? atoi(argv[1]) : 128;
-    const size_t bytes = 32u << 20;
+    const size_t maxbytes = 128u << 20;
     const int nbuf = 4;
     unsigned char *w[nbuf];
     unsigned *sink;
-    for (int i = 0; i < nbuf; ++i) { CK(cudaMalloc(&w[i], bytes)); CK(cudaMemset(w[i], 1 + i, bytes)); }
+    for (int i = 0; i < nbuf; ++i) { CK(cudaMalloc(&w[i], maxbytes)); CK(cudaMemset(w[i], 1 + i, maxbytes)); }
     CK(cudaMalloc(&sink, 64));
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
@@ -156,12 +156,18 @@ int main(int argc, char **argv) {
         {"B 4d BR32 KS1024 S3", {k4d, 4096, 8192, 32, 1024, 3}, CU_TENSOR_MAP_L2_PROMOTION_L2_256B},
         {"B 4d BR16 KS2048 S3", {k4d, 4096, 8192, 16, 2048, 3}, CU_TENSOR_MAP_L2_PROMOTION_L2_256B},
         {"B 1d BR32 KS512 S5 (16 KB)", {k1d, 4096, 8192, 32, 512, 5}, CU_TENSOR_MAP_L2_PROMOTION_L2_256B},
-        {"ld 16 B loads", {kLd, 0, 0, 0, 0, 0}, CU_TENSOR_MAP_L2_PROMOTION_NONE},
+        {"ld 16 B loads", {kLd, 8192, 4096, 0, 0, 0}, CU_TENSOR_MAP_L2_PROMOTION_NONE},
+        {"A 2d BR64 KS256 S5 x2 (64 MB)", {k2d, 16384, 4096, 64, 256, 5}, CU_TENSOR_MAP_L2_PROMOTION_L2_256B},
+        {"A 2d BR64 KS256 S5 x4 (128 MB)", {k2d, 32768, 4096, 64, 256, 5}, CU_TENSOR_MAP_L2_PROMOTION_L2_256B},
+        {"A 1d BR64 KS256 S5 x4 (128 MB)", {k1d, 32768, 4096, 64, 256, 5}, CU_TENSOR_MAP_L2_PROMOTION_L2_256B},
+        {"ld 16 B loads x2 (64 MB)", {kLd, 16384, 4096, 0, 0, 0}, CU_TENSOR_MAP_L2_PROMOTION_NONE},
+        {"ld 16 B loads x4 (128 MB)", {kLd, 32768, 4096, 0, 0, 0}, CU_TENSOR_MAP_L2_PROMOTION_NONE},
     };
-    printf("grid %d, 32 MB per launch, %d rotating copies\n", grid, nbuf);
+    printf("grid %d, %d rotating copies (32 MB a launch unless named)\n", grid, nbuf);
     for (const Case &c : cases) {
         CUtensorMap maps[nbuf] = {};
         const Probe &p = c.p;
+        const size_t bytes = (size_t)p.R * p.C;
         int smem = p.pattern == kLd ? 0 : p.S * p.BR * p.KS + 2 * p.S * 8 + 1024;
         if (p.pattern != kLd) {
             if (p.pattern != k1d) for (int i = 0; i < nbuf; ++i) encode(&maps[i], p, w[i], c.l2);
