@@ -18,7 +18,7 @@ if [ "$1" = 1 ]; then
   (BUILD_DIR=build-gpu bash scripts/build.sh > $OUT/build.log 2>&1; echo "rc $?" >> $OUT/build.log) &
   (cd .gpu/p3d && BUILD_DIR=build-3d bash scripts/build.sh > $OUT/build-3d.log 2>&1; echo "rc $?" >> $OUT/build-3d.log) &
   .gpu/e4m3_bf16_check > $OUT/e4m3.log 2>&1; el "e4m3 check rc $?: $(tail -1 $OUT/e4m3.log)"
-  timeout 120 .gpu/sgemm_check > $OUT/sgemm.log 2>&1; timeout 120 .gpu/sgemm_check_3d > $OUT/sgemm3d.log 2>&1
+  timeout 90 .gpu/sgemm_check > $OUT/sgemm.log 2>&1; timeout 90 .gpu/sgemm_check_3d > $OUT/sgemm3d.log 2>&1
   wait; el "builds: $(tail -1 $OUT/build.log) / $(tail -1 $OUT/build-3d.log)"
   MLAJIT_CACHE_DIR=.gpu/lcdq MLAJIT_KERNEL_DIR=$PWD/.gpu/ks_dq timeout 200 build-gpu/tests/test_dsv4_layer_gpu --jobs 16 > $OUT/layer-dq.log 2>&1
   el "layer (dequant patch) rc $?"; tail -2 $OUT/layer-dq.log
