@@ -11,7 +11,7 @@
 # Usage: bash docs/wip/device-ab.sh 1   (builds, checks, layer tests), then ... 2 (benches)
 set -u
 OUT=${OUT:-/tmp/o}; mkdir -p $OUT
-. scripts/device-env.sh
+. scripts/device-env.sh "$PWD"   # not the script's own $1
 t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 cases="dsv4-swa-T1 dsv4-hca-T1 dsv4-swa-T4 dsv4-hca-T4 dsv4-swa-T16 dsv4-hca-T16 dsv4-swa-T64 dsv4-hca-T64 dsv4-swa-T640 dsv4-hca-T640"
 if [ "$1" = 1 ]; then
@@ -24,7 +24,8 @@ if [ "$1" = 1 ]; then
   el "layer (dequant patch) rc $?"; tail -2 $OUT/layer-dq.log
   MLAJIT_CACHE_DIR=.gpu/lc3d timeout 200 .gpu/p3d/build-3d/tests/test_dsv4_layer_gpu --jobs 16 > $OUT/layer-3d.log 2>&1
   el "layer (3-D patch) rc $?"; tail -2 $OUT/layer-3d.log
-  paste <(grep -E "^res " $OUT/sgemm.log | cut -c1-80) <(grep -E "^res " $OUT/sgemm3d.log | cut -c35-80)
+  sq() { grep -E "^res " $1 | sed -E 's/^(.{34}).*: ([A-Za-z]+) .*  ([0-9.]+) us  ([0-9.]+) TB.*/\1 \2 \3 us \4 TB\/s/'; }
+  paste <(sq $OUT/sgemm.log) <(sq $OUT/sgemm3d.log | cut -c35-)
 else
   for c in $cases; do
     MLAJIT_CACHE_DIR=.gpu/lc timeout 40 build-gpu/mlajit bench --iters 10 --case $c 2>&1 | grep "^$c " | sed 's/^/tree /' >> $OUT/bench.txt
