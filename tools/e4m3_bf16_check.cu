@@ -3,7 +3,7 @@
 // codes in each of the 8 positions, plus 2^22 random units, the fast path's bits must equal the
 // float path's (decode_e4m3 + pack_bf16x8, the DSV4 attention's dequantization before it) wherever
 // e4m3x8_bf16_fast_ok holds, and fast_ok must hold exactly when e <= 7 and no code is NaN
-// (0x7F / 0xFF). Prints the counts and exits 1 on any mismatch. The helpers come with
+// (0x7F / 0xFF). Prints the counts and exits 1 on any mismatch (or CUDA error). The helpers come with
 // docs/wip/dsv4-dequant-int.patch (until it lands, -I a patched copy of kernel_src). Build and run:
 //   nvcc -O3 -std=c++17 -arch=sm_90a -I<kernel_src with the patch> -o e4m3_bf16_check tools/e4m3_bf16_check.cu
 //   ./e4m3_bf16_check
@@ -12,16 +12,9 @@
 
 #include "common/bf16.cuh"
 #include "common/fp8.cuh"
+#include "cuda_check.cuh"
 using namespace mla;
 
-#define CK(x)                                                                                   \
-    do {                                                                                        \
-        cudaError_t e_ = (x);                                                                   \
-        if (e_ != cudaSuccess) {                                                                \
-            printf("CUDA %s at %d: %s\n", #x, __LINE__, cudaGetErrorString(e_));                \
-            return 2;                                                                           \
-        }                                                                                       \
-    } while (0)
 
 struct Counts {
     unsigned long long checked, fast, wrong_bits, wrong_ok;
@@ -58,9 +51,9 @@ __global__ void check(Counts *c, int units) {
         float v[8];
         fp8::decode_e4m3<8>(w, e, v);
         const uint4 want = pack_bf16x8(v);
-        wrong_bits += got.x != want.x || got.y != want.y || got.z != want.z || got.w != want.w;
-        if ((got.x != want.x || got.y != want.y || got.z != want.z || got.w != want.w) &&
-            wrong_bits <= 2)
+        const bool differ = got.x != want.x || got.y != want.y || got.z != want.z || got.w != want.w;
+        wrong_bits += differ;
+        if (differ && wrong_bits <= 2)
             printf("e %d codes %08x %08x: got %08x %08x %08x %08x want %08x %08x %08x %08x\n", e,
                    q.x, q.y, got.x, got.y, got.z, got.w, want.x, want.y, want.z, want.w);
     }

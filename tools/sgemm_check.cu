@@ -14,7 +14,7 @@
 #include <cuda.h>
 #include "common/stream_gemm.cuh"
 using namespace mla;
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("CUDA %s at %d: %s\n", #x, __LINE__, cudaGetErrorString(e_)); exit(1);} } while (0)
+#include "cuda_check.cuh"
 
 // The L2 prefetch variant ("pf", measured slower, not in the library): one thread asks L2 for
 // the tile's whole W block (cp.async.bulk.prefetch.L2, 64 KB pieces) before the stream starts.

@@ -18,7 +18,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("CUDA %s at %d: %s\n", #x, __LINE__, cudaGetErrorString(e_)); exit(1);} } while (0)
+#include "cuda_check.cuh"
 
 enum Pattern { k2d, k4d, k1d, kLd };
 struct Probe {

@@ -14,7 +14,7 @@ OUT=${OUT:-/tmp/o}; mkdir -p $OUT
 . scripts/device-env.sh "$PWD"   # not the script's own $1
 t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 cases="dsv4-swa-T1 dsv4-hca-T1 dsv4-swa-T4 dsv4-hca-T4 dsv4-swa-T16 dsv4-hca-T16 dsv4-swa-T64 dsv4-hca-T64 dsv4-swa-T640 dsv4-hca-T640"
-if [ "$1" = 1 ]; then
+if [ "${1:-}" = 1 ]; then
   (BUILD_DIR=build-gpu bash scripts/build.sh > $OUT/build.log 2>&1; echo "rc $?" >> $OUT/build.log) &
   (cd .gpu/p3d && BUILD_DIR=build-3d bash scripts/build.sh > $OUT/build-3d.log 2>&1; echo "rc $?" >> $OUT/build-3d.log) &
   .gpu/e4m3_bf16_check > $OUT/e4m3.log 2>&1; el "e4m3 check rc $?: $(tail -1 $OUT/e4m3.log)"
@@ -27,10 +27,13 @@ if [ "$1" = 1 ]; then
   sq() { grep -E "^res " $1 | sed -E 's/^(.{34}).*: ([A-Za-z]+) .*  ([0-9.]+) us  ([0-9.]+) TB.*/\1 \2 \3 us \4 TB\/s/'; }
   paste <(sq $OUT/sgemm.log) <(sq $OUT/sgemm3d.log | cut -c35-)
 else
+  # bench TAG MLAJIT BINARY [VAR=VALUE ...]: case $c through one variant, a line tagged TAG
+  bench() { local tag=$1 bin=$2; shift 2
+    env "$@" timeout 40 $bin bench --iters 10 --case $c 2>&1 | grep "^$c " | sed "s/^/$tag /" >> $OUT/bench.txt; }
   for c in $cases; do
-    MLAJIT_CACHE_DIR=.gpu/lc timeout 40 build-gpu/mlajit bench --iters 10 --case $c 2>&1 | grep "^$c " | sed 's/^/tree /' >> $OUT/bench.txt
-    MLAJIT_CACHE_DIR=.gpu/lc3d timeout 40 .gpu/p3d/build-3d/mlajit bench --iters 10 --case $c 2>&1 | grep "^$c " | sed 's/^/3d   /' >> $OUT/bench.txt
-    MLAJIT_CACHE_DIR=.gpu/lcdq MLAJIT_KERNEL_DIR=$PWD/.gpu/ks_dq timeout 40 build-gpu/mlajit bench --iters 10 --case $c 2>&1 | grep "^$c " | sed 's/^/dq   /' >> $OUT/bench.txt
+    bench "tree" build-gpu/mlajit MLAJIT_CACHE_DIR=.gpu/lc
+    bench "3d  " .gpu/p3d/build-3d/mlajit MLAJIT_CACHE_DIR=.gpu/lc3d
+    bench "dq  " build-gpu/mlajit MLAJIT_CACHE_DIR=.gpu/lcdq MLAJIT_KERNEL_DIR=$PWD/.gpu/ks_dq
     el "$c"
   done
   cut -c1-170 $OUT/bench.txt
